@@ -1,0 +1,5 @@
+"""``python -m attnroof``."""
+
+from attnroof.cli import main
+
+raise SystemExit(main())

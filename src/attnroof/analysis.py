@@ -1,0 +1,109 @@
+"""Unfused against fused: the results the commands print and the sheet narrates, as plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attnroof.cost import Cost, Stage
+from attnroof.ops import attention
+from attnroof.roofline import Placement, Roof, place
+
+
+def stage_json(stage: Stage) -> dict[str, Any]:
+    return {
+        "name": stage.name,
+        "flops": stage.flops,
+        "bytes_read": stage.bytes_read,
+        "bytes_written": stage.bytes_written,
+        "reads": {a.tensor: a.bytes for a in stage.reads},
+        "writes": {a.tensor: a.bytes for a in stage.writes},
+    }
+
+
+def softmax_share(cost: Cost) -> float:
+    """The fraction of FLOPs spent in softmax stages: 5/(4d + 5) with the default conventions."""
+    sm = sum(float(s.flops) for s in cost if s.name == "softmax")
+    return sm / float(cost.flops)
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One implementation (unfused or fused) of an operator, placed on a roof."""
+
+    cost: Cost
+    placement: Placement
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.placement.to_json()
+        out["stages"] = [stage_json(s) for s in self.cost]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Unfused and fused side by side: same FLOPs, different traffic."""
+
+    unfused: Variant
+    fused: Variant
+    roof: Roof
+
+    @classmethod
+    def of(cls, unfused: Cost, fused: Cost, roof: Roof) -> Comparison:
+        return cls(Variant(unfused, place(unfused, roof)), Variant(fused, place(fused, roof)), roof)
+
+    @property
+    def flops(self) -> float:
+        return self.unfused.placement.flops
+
+    @property
+    def traffic_ratio(self) -> float:
+        """Unfused bytes over fused bytes: 1 + s/d for attention in one dtype (part B3)."""
+        return self.unfused.placement.bytes / self.fused.placement.bytes
+
+    @property
+    def speedup_ceiling(self) -> float:
+        """Unfused time bound over fused time bound: what fusion alone can buy (part D4)."""
+        return self.unfused.placement.time_s / self.fused.placement.time_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "flops": self.flops,
+            "softmax_share": softmax_share(self.unfused.cost),
+            "ridge": self.roof.ridge,
+            "peak_flops_per_s": self.roof.peak_flops_per_s,
+            "bandwidth_bytes_per_s": self.roof.bandwidth_bytes_per_s,
+            "traffic_ratio": self.traffic_ratio,
+            "speedup_ceiling": self.speedup_ceiling,
+            "unfused": self.unfused.to_json(),
+            "fused": self.fused.to_json(),
+        }
+
+
+def sweep(
+    s_values: Sequence[int] | np.ndarray,
+    d: int | np.ndarray,
+    roof: Roof,
+    **attention_kwargs: Any,
+) -> dict[str, dict[str, np.ndarray]]:
+    """Intensity, attainable rate, time, limiter and verdict of unfused and fused attention for
+    every s (and d, broadcast) at once. Arrays in, arrays out: a million points is one call."""
+    s = np.asarray(s_values, dtype=np.float64)
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for label, fused in (("unfused", False), ("fused", True)):
+        cost = attention(s, d, fused=fused, **attention_kwargs)
+        flops, nbytes = cost.flops, cost.bytes
+        intensity = flops / nbytes
+        out[label] = {
+            "flops": flops,
+            "bytes": nbytes,
+            "intensity": intensity,
+            "attainable_flops_per_s": roof.attainable(intensity),
+            "time_s": roof.time(flops, nbytes),
+            "compute_bound": roof.compute_bound(intensity),
+            "verdict": roof.verdict(intensity),
+        }
+    return out

@@ -1,0 +1,183 @@
+"""What the commands share: argument types, device flags, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.devices import DEFAULT_DEVICE, Device, get_device
+from attnroof.dtypes import DType, dtype
+from attnroof.errors import InputError
+from attnroof.roofline import Roof
+from attnroof.units import parse_quantity
+
+Handler = Callable[[argparse.Namespace], int | None]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: ``setup`` adds its arguments; ``handler`` runs it."""
+
+    name: str
+    help: str
+    setup: Callable[[argparse.ArgumentParser], None]
+    handler: Handler
+    order: int = 50
+    description: str = ""
+
+    def register(self, sub: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(self.name, help=self.help, description=self.description or self.help)
+        self.setup(p)
+        p.set_defaults(handler=self.handler)
+        return p
+
+
+# ---------------------------------------------------------------- argument types
+
+_SIZE_SUFFIX = {"k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2}
+
+
+def positive_int(text: str) -> int:
+    """A size: a positive integer, optionally with k (×1024) or M (×1024²): ``8192``, ``8k``."""
+    raw = text.strip()
+    scale = 1
+    if raw and raw[-1] in _SIZE_SUFFIX:
+        scale, raw = _SIZE_SUFFIX[raw[-1]], raw[:-1]
+    try:
+        value = int(raw) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of sizes: ``512,1024,2048`` (or ``512..32768`` for powers of two)."""
+    text = text.strip()
+    if ".." in text:
+        lo_text, hi_text = text.split("..", 1)
+        lo, hi = positive_int(lo_text), positive_int(hi_text)
+        if hi < lo:
+            raise argparse.ArgumentTypeError(f"{text!r}: the range ends before it starts")
+        out = []
+        v = lo
+        while v <= hi:
+            out.append(v)
+            v *= 2
+        return out
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers")
+    return [positive_int(p) for p in parts]
+
+
+def positive_quantity(text: str) -> float:
+    """A positive figure with an optional decimal prefix: ``4e12``, ``4T``, ``192G``."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def nonnegative_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a non-negative number")
+    return int(value) if value.is_integer() else value
+
+
+# ---------------------------------------------------------------- device flags
+
+
+def add_device_args(p: argparse.ArgumentParser, *, dtype_default: str = "bf16") -> None:
+    g = p.add_argument_group("device")
+    g.add_argument(
+        "--device",
+        default=DEFAULT_DEVICE,
+        help=f"catalog name or alias, or a device TOML file (default: {DEFAULT_DEVICE}, the spec's device)",
+    )
+    g.add_argument("--dtype", default=dtype_default, help=f"element type (default: {dtype_default})")
+    g.add_argument("--peak-flops", type=positive_quantity, metavar="FLOP/s", help="override the peak, e.g. 989e12 or 989T")
+    g.add_argument("--bandwidth", type=positive_quantity, metavar="B/s", help="override memory bandwidth, e.g. 3.35e12 or 3.35T")
+    g.add_argument("--capacity", type=positive_quantity, metavar="BYTES", help="override memory capacity, e.g. 80e9 or 80G")
+
+
+def add_json_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object (SI units) instead of text")
+
+
+def device_from_args(args: argparse.Namespace) -> Device:
+    """The device named by ``--device``, with ``--peak-flops/--bandwidth/--capacity`` applied."""
+    dev = get_device(args.device)
+    return dev.with_overrides(
+        dtype_from_args(args),
+        peak_flops_per_s=args.peak_flops,
+        bandwidth_bytes_per_s=args.bandwidth,
+        capacity_bytes=args.capacity,
+    )
+
+
+def dtype_from_args(args: argparse.Namespace) -> DType:
+    return dtype(args.dtype)
+
+
+def roof_from_args(args: argparse.Namespace) -> tuple[Device, DType, Roof]:
+    dev = device_from_args(args)
+    dt = dtype_from_args(args)
+    return dev, dt, Roof.of(dev, dt)
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise InputError(message)
+
+
+# ---------------------------------------------------------------- output
+
+
+def to_jsonable(x: Any) -> Any:
+    """Plain JSON values: numpy scalars to Python numbers, non-finite floats to null."""
+    if isinstance(x, dict):
+        return {str(k): to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [to_jsonable(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, str | bytes):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def emit_json(data: dict[str, Any]) -> None:
+    json.dump(to_jsonable(data), sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
+    """A Markdown table, padded so that it reads well in a terminal too.
+
+    ``align`` has one letter per column, ``l`` or ``r`` (default: first left, rest right).
+    """
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or "l" + "r" * (len(headers) - 1)
+
+    def line(r: Sequence[str]) -> str:
+        return "| " + " | ".join(
+            c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)
+        ) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1)) for w, a in zip(widths, align, strict=True)) + "|"
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])

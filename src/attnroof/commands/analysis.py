@@ -1,0 +1,349 @@
+"""attention, decode, linear, sweep, crossover, footprint: one operator or one question each."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnroof import render
+from attnroof.analysis import Comparison, softmax_share, stage_json, sweep
+from attnroof.commands._common import (
+    Command,
+    add_device_args,
+    add_json_arg,
+    emit_json,
+    int_list,
+    nonnegative_number,
+    positive_int,
+    require,
+    roof_from_args,
+    table,
+)
+from attnroof.footprint import footprint
+from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT, attention, decode, linear
+from attnroof.roofline import place
+from attnroof.units import duration
+
+DEFAULT_SWEEP = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+
+
+def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
+    p.add_argument("-s", "--seq", dest="s", type=positive_int, required=s_required, metavar="S", help="sequence length (8192 or 8k)")
+    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+
+
+def _heads_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--heads", type=positive_int, default=1, help="query heads (default 1)")
+    p.add_argument("--group", type=positive_int, default=1, metavar="G", help="query heads per KV head, GQA (default 1)")
+
+
+def _softmax_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--softmax-flops",
+        type=nonnegative_number,
+        default=SOFTMAX_FLOPS_PER_ELEMENT,
+        metavar="X",
+        help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT}; 0 = FlashAttention convention)",
+    )
+
+
+def _kv_heads(args: argparse.Namespace) -> int:
+    require(
+        args.heads % args.group == 0,
+        f"--heads {args.heads} is not a multiple of --group {args.group}",
+    )
+    return args.heads // args.group
+
+
+def _comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
+    u, f = cmp.unfused, cmp.fused
+    lines = [
+        title,
+        dev_line,
+        "",
+        f"FLOPs {render.flops(cmp.flops)} (softmax {render.pct(softmax_share(u.cost))})",
+        "",
+        table(render.PLACEMENT_HEADERS, [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)]),
+        "",
+        f"traffic unfused/fused: {render.num(cmp.traffic_ratio)}×   speedup ceiling from fusion: {render.num(cmp.speedup_ceiling)}×",
+        "",
+        "unfused stages:",
+        table(["stage", "FLOPs", "reads", "writes", "bytes"], render.stage_rows(u.cost), "lrllr"),
+        "",
+        "fused stages:",
+        table(["stage", "FLOPs", "reads", "writes", "bytes"], render.stage_rows(f.cost), "lrllr"),
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def _attention_setup(p: argparse.ArgumentParser) -> None:
+    _shape_args(p)
+    _heads_args(p)
+    p.add_argument("--causal", action="store_true", help="causal mask: tiles above the diagonal skipped")
+    _softmax_arg(p)
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _attention_run(args: argparse.Namespace) -> int:
+    dev, dt, roof = roof_from_args(args)
+    kw = dict(
+        causal=args.causal,
+        group=args.group,
+        itemsize=dt.itemsize,
+        softmax_flops_per_element=args.softmax_flops,
+        batch=args.batch,
+        kv_heads=_kv_heads(args),
+    )
+    cmp = Comparison.of(attention(args.s, args.d, **kw), attention(args.s, args.d, fused=True, **kw), roof)
+    if args.json:
+        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
+        return 0
+    mask = " causal" if args.causal else ""
+    title = f"attention forward{mask}: s={args.s} d={args.d} batch={args.batch} heads={args.heads} group={args.group}"
+    print(_comparison_text(title, cmp, render.device_line(dev, roof)))
+    return 0
+
+
+def _shape_json(args: argparse.Namespace) -> dict[str, object]:
+    keys = ("s", "d", "batch", "heads", "group", "causal", "softmax_flops")
+    return {k: getattr(args, k) for k in keys if hasattr(args, k)}
+
+
+# ---------------------------------------------------------------- decode
+
+
+def _decode_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length")
+    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+    _heads_args(p)
+    _softmax_arg(p)
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _decode_run(args: argparse.Namespace) -> int:
+    dev, dt, roof = roof_from_args(args)
+    kw = dict(
+        group=args.group,
+        itemsize=dt.itemsize,
+        softmax_flops_per_element=args.softmax_flops,
+        batch=args.batch,
+        kv_heads=_kv_heads(args),
+    )
+    cmp = Comparison.of(decode(args.s, args.d, **kw), decode(args.s, args.d, fused=True, **kw), roof)
+    if args.json:
+        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
+        return 0
+    title = f"decode: one token against a KV cache of {args.s}, d={args.d} batch={args.batch} heads={args.heads} group={args.group}"
+    print(_comparison_text(title, cmp, render.device_line(dev, roof)))
+    return 0
+
+
+# ---------------------------------------------------------------- linear
+
+
+def _linear_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--tokens", dest="n", type=positive_int, required=True, help="tokens (batch × sequence) through the layer")
+    p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
+    p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
+    p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _linear_run(args: argparse.Namespace) -> int:
+    from attnroof.dtypes import dtype
+    from attnroof.solve import crossover
+
+    dev, dt, roof = roof_from_args(args)
+    w_itemsize = dtype(args.weight_dtype).itemsize if args.weight_dtype else dt.itemsize
+    cost = linear(args.n, args.k, args.m, itemsize=dt.itemsize, weight_itemsize=w_itemsize)
+    p = place(cost, roof)
+    cross = crossover(
+        lambda n: linear(n, args.k, args.m, itemsize=dt.itemsize, weight_itemsize=w_itemsize).intensity,
+        roof.peak_flops_per_s,
+        roof.bandwidth_bytes_per_s,
+        variable="n",
+    )
+    if args.json:
+        emit_json(
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                "n": args.n,
+                "k": args.k,
+                "m": args.m,
+                "ridge": roof.ridge,
+                **p.to_json(),
+                "stages": [stage_json(s) for s in cost],
+                "crossover": {"n_min": cross.s_min, **cross.to_json()},
+            }
+        )
+        return 0
+    print(f"linear: {args.n} tokens through a {args.k}×{args.m} weight")
+    print(render.device_line(dev, roof))
+    print()
+    print(table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]))
+    print()
+    if cross.never:
+        print(f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})")
+    else:
+        print(f"compute-bound from n = {cross.s_min} tokens (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})")
+    return 0
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def _sweep_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+    p.add_argument("-s", "--seq", dest="s", type=int_list, default=DEFAULT_SWEEP, metavar="LIST", help="sequence lengths: 512,1024 or 512..131072 (powers of two)")
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    _softmax_arg(p)
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _sweep_run(args: argparse.Namespace) -> int:
+    dev, dt, roof = roof_from_args(args)
+    res = sweep(args.s, args.d, roof, causal=args.causal, itemsize=dt.itemsize, softmax_flops_per_element=args.softmax_flops)
+    rows = []
+    for i, s in enumerate(args.s):
+        row: dict[str, object] = {"s": s}
+        for label in ("unfused", "fused"):
+            r = res[label]
+            row[label] = {
+                "flops": float(r["flops"][i]),
+                "bytes": float(r["bytes"][i]),
+                "intensity": float(r["intensity"][i]),
+                "attainable_flops_per_s": float(r["attainable_flops_per_s"][i]),
+                "time_s": float(r["time_s"][i]),
+                "limiter": "compute" if r["compute_bound"][i] else "memory",
+                "verdict": str(r["verdict"][i]),
+            }
+        rows.append(row)
+    if args.json:
+        emit_json({"device": dev.name, "dtype": dt.name, "d": args.d, "causal": args.causal, "ridge": roof.ridge, "rows": rows})
+        return 0
+    mask = " causal" if args.causal else ""
+    print(f"attention{mask} sweep, d={args.d}")
+    print(render.device_line(dev, roof))
+    print()
+    body = [
+        [
+            r["s"],
+            render.num(r["unfused"]["intensity"]),
+            render.num(r["fused"]["intensity"]),
+            r["unfused"]["verdict"],
+            r["fused"]["verdict"],
+            duration(r["unfused"]["time_s"]),
+            duration(r["fused"]["time_s"]),
+        ]
+        for r in rows
+    ]
+    print(table(["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"], body, "rrrllrr"))
+    return 0
+
+
+# ---------------------------------------------------------------- crossover
+
+
+def _crossover_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    _softmax_arg(p)
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def crossovers(d: int, roof, *, causal: bool, itemsize: float, softmax_flops_per_element: float) -> dict:
+    """Exact crossover of unfused and fused attention on ``roof`` (sympy; imported here)."""
+    from attnroof.solve import crossover
+
+    out = {}
+    for label, fused in (("unfused", False), ("fused", True)):
+        out[label] = crossover(
+            lambda s, fused=fused: attention(
+                s, d, fused=fused, causal=causal, itemsize=itemsize, softmax_flops_per_element=softmax_flops_per_element
+            ).intensity,
+            roof.peak_flops_per_s,
+            roof.bandwidth_bytes_per_s,
+        )
+    return out
+
+
+def _crossover_run(args: argparse.Namespace) -> int:
+    dev, dt, roof = roof_from_args(args)
+    res = crossovers(args.d, roof, causal=args.causal, itemsize=dt.itemsize, softmax_flops_per_element=args.softmax_flops)
+    if args.json:
+        emit_json(
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                "d": args.d,
+                "causal": args.causal,
+                "ridge": roof.ridge,
+                "unfused": res["unfused"].to_json(),
+                "fused": res["fused"].to_json(),
+            }
+        )
+        return 0
+    mask = " causal" if args.causal else ""
+    print(f"where attention{mask} (d={args.d}) reaches the ridge")
+    print(render.device_line(dev, roof))
+    for label, c in res.items():
+        print()
+        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {c.limit_exact}")
+        print(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
+        if c.never:
+            print(f"  never: no positive s reaches the ridge; I stays below its supremum {render.num(c.limit_intensity)} FLOP/byte")
+        else:
+            print(f"  compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})")
+    return 0
+
+
+# ---------------------------------------------------------------- footprint
+
+
+def _footprint_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length")
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
+    p.add_argument("--heads", type=positive_int, default=1, help="heads (default 1)")
+    p.add_argument("--layers", type=positive_int, default=1, help="layers whose scores are kept (default 1)")
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _footprint_run(args: argparse.Namespace) -> int:
+    from attnroof.devices import get_device
+    from attnroof.dtypes import dtype
+
+    dt = dtype(args.dtype)
+    dev = get_device(args.device).with_overrides(dt, capacity_bytes=args.capacity)
+    fp = footprint(args.s, itemsize=dt.itemsize, batch=args.batch, heads=args.heads, layers=args.layers, capacity_bytes=dev.capacity_bytes)
+    if args.json:
+        emit_json({"device": dev.name, "dtype": dt.name, **fp.to_json()})
+        return 0
+    print(f"score matrix ({dt.name}) at s={args.s}: {render.nbytes(fp.bytes_per_head)} per head")
+    print(f"× batch {args.batch} × heads {args.heads} × layers {args.layers} = {render.nbytes(fp.bytes)}")
+    if fp.capacity_bytes is None:
+        print(f"{dev.name} has no capacity in the catalog; pass --capacity to compare")
+    else:
+        verdict = "fits" if fp.fits else "does NOT fit"
+        print(f"{render.pct(fp.fraction_of_capacity)} of {dev.name}'s {render.nbytes(fp.capacity_bytes)}: {verdict}")
+        print(f"largest s whose scores fit: {fp.s_max_fits}")
+    return 0
+
+
+COMMANDS = (
+    Command("attention", "attention forward, unfused vs fused, on a device", _attention_setup, _attention_run, 10),
+    Command("sweep", "intensity and verdict over sequence lengths (the C4 table)", _sweep_setup, _sweep_run, 20),
+    Command("crossover", "exact sequence length where attention turns compute-bound", _crossover_setup, _crossover_run, 30),
+    Command("decode", "one token against a KV cache, with grouped-query attention", _decode_setup, _decode_run, 40),
+    Command("linear", "a linear layer over n tokens: the batching argument", _linear_setup, _linear_run, 50),
+    Command("footprint", "bytes of the materialised score matrices vs device memory", _footprint_setup, _footprint_run, 60),
+)

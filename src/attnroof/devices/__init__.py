@@ -1,0 +1,347 @@
+"""Devices: peak FLOP/s per dtype, memory bandwidth and capacity, each with its source.
+
+A device comes from the packaged catalog (``catalog.toml``) by name or alias, from a TOML file
+of the user's (one device, or a ``[[device]]`` list), or from command-line overrides on top
+of either. All figures are SI: FLOP/s, bytes/s, bytes. Peaks are dense: a vendor's
+"with sparsity" headline is halved before it enters the catalog, and ``sparse_headline`` says so.
+
+A device file::
+
+    name = "R"
+    aliases = ["device-r"]
+    bandwidth_bytes_per_s = 4.0e12
+    capacity_bytes = 192e9
+    source = "attnroof spec, Solution 2"
+
+    [peak_flops_per_s]
+    bf16 = 1200e12
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from attnroof.dtypes import DTYPES, DType, dtype
+from attnroof.errors import DeviceFileError, MissingPeak, UnknownDevice
+
+ENV_VAR = "ATTNROOF_DEVICES"
+"""A TOML file, or a folder of them, whose devices add to or replace the catalog's."""
+
+MIN_PLAUSIBLE_RATE = 1e9
+"""Below 1e9 FLOP/s or bytes/s a figure was almost surely typed in TFLOP/s, TB/s or GB/s."""
+MIN_PLAUSIBLE_CAPACITY = 1e6
+"""Below 1 MB of device memory the figure was almost surely typed in GB."""
+
+_REQUIRED = ("name", "peak_flops_per_s", "bandwidth_bytes_per_s")
+_OPTIONAL = {
+    "aliases",
+    "capacity_bytes",
+    "source",
+    "onchip_bytes",
+    "interconnect_bytes_per_s",
+    "sparse_headline",
+    "notes",
+    "vendor",
+    "kind",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """An accelerator (or CPU) as the roofline sees it. SI units throughout."""
+
+    name: str
+    peak_flops_per_s: Mapping[str, float]
+    bandwidth_bytes_per_s: float
+    capacity_bytes: float | None = None
+    aliases: tuple[str, ...] = ()
+    source: str = ""
+    onchip_bytes: float | None = None
+    interconnect_bytes_per_s: float | None = None
+    sparse_headline: str = ""
+    notes: str = ""
+    vendor: str = ""
+    kind: str = ""
+    origin: str = field(default="", compare=False)
+    """Where this record was read from (the catalog, a file path)."""
+
+    def peak(self, dt: str | DType) -> float:
+        """Dense peak FLOP/s for ``dt``; :class:`MissingPeak` when the device has no such figure."""
+        name = dtype(dt).name
+        try:
+            return self.peak_flops_per_s[name]
+        except KeyError:
+            have = ", ".join(self.peak_flops_per_s) or "none"
+            raise MissingPeak(
+                f"{self.name} has no {name} peak in the catalog (it has: {have}); pass --peak-flops"
+            ) from None
+
+    def ridge(self, dt: str | DType) -> float:
+        """FLOP per byte at which the compute roof meets the bandwidth roof for ``dt``."""
+        return self.peak(dt) / self.bandwidth_bytes_per_s
+
+    def with_overrides(
+        self,
+        dt: str | DType,
+        *,
+        peak_flops_per_s: float | None = None,
+        bandwidth_bytes_per_s: float | None = None,
+        capacity_bytes: float | None = None,
+    ) -> Device:
+        """A copy with the figures given replaced; ``peak_flops_per_s`` applies to ``dt``."""
+        changes: dict[str, Any] = {}
+        if peak_flops_per_s is not None:
+            _check_rate("--peak-flops", peak_flops_per_s, "FLOP/s", "1200e12 or 1200T")
+            peaks = dict(self.peak_flops_per_s)
+            peaks[dtype(dt).name] = float(peak_flops_per_s)
+            changes["peak_flops_per_s"] = MappingProxyType(peaks)
+        if bandwidth_bytes_per_s is not None:
+            _check_rate("--bandwidth", bandwidth_bytes_per_s, "bytes/s", "4e12 or 4T")
+            changes["bandwidth_bytes_per_s"] = float(bandwidth_bytes_per_s)
+        if capacity_bytes is not None:
+            _check_capacity("--capacity", capacity_bytes)
+            changes["capacity_bytes"] = float(capacity_bytes)
+        if not changes:
+            return self
+        return replace(self, **changes, name=self.name + " (overridden)", source=self.source)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "aliases": list(self.aliases),
+            "vendor": self.vendor,
+            "kind": self.kind,
+            "peak_flops_per_s": dict(self.peak_flops_per_s),
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "capacity_bytes": self.capacity_bytes,
+            "onchip_bytes": self.onchip_bytes,
+            "interconnect_bytes_per_s": self.interconnect_bytes_per_s,
+            "sparse_headline": self.sparse_headline,
+            "notes": self.notes,
+            "source": self.source,
+        }
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _check_rate(what: str, value: Any, unit: str, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DeviceFileError(f"{what} = {value!r} is not a number ({unit})")
+    if value <= 0:
+        raise DeviceFileError(f"{what} = {value!r} must be positive ({unit})")
+    if value < MIN_PLAUSIBLE_RATE:
+        raise DeviceFileError(
+            f"{what} = {value!r} {unit} is implausibly small: figures are in {unit}, "
+            f"not T{unit} or G{unit} (write e.g. {example})"
+        )
+
+
+def _check_capacity(what: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DeviceFileError(f"{what} = {value!r} is not a number (bytes)")
+    if value <= 0:
+        raise DeviceFileError(f"{what} = {value!r} must be positive (bytes)")
+    if value < MIN_PLAUSIBLE_CAPACITY:
+        raise DeviceFileError(
+            f"{what} = {value!r} bytes is implausibly small: capacity is in bytes, not GB "
+            "(write e.g. 80e9 or 80G)"
+        )
+
+
+def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
+    """Build and validate a :class:`Device` from one TOML table. Errors name the field."""
+    where = f"{origin}: " if origin else ""
+    label = record.get("name", "<unnamed>")
+    at = f"{where}device {label!r}: "
+    for key in _REQUIRED:
+        if key not in record:
+            raise DeviceFileError(f"{at}missing required field {key!r}")
+    unknown = sorted(set(record) - set(_REQUIRED) - _OPTIONAL)
+    if unknown:
+        raise DeviceFileError(f"{at}unknown field {unknown[0]!r}")
+    name = record["name"]
+    if not isinstance(name, str) or not name.strip():
+        raise DeviceFileError(f"{where}field 'name' must be a non-empty string, got {name!r}")
+    peaks_raw = record["peak_flops_per_s"]
+    if not isinstance(peaks_raw, Mapping) or not peaks_raw:
+        raise DeviceFileError(f"{at}'peak_flops_per_s' must be a table of dtype = FLOP/s")
+    peaks: dict[str, float] = {}
+    for key, value in peaks_raw.items():
+        if key not in DTYPES:
+            raise DeviceFileError(f"{at}peak_flops_per_s.{key}: unknown dtype; known: {', '.join(DTYPES)}")
+        _wrap(at, _check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12")
+        peaks[key] = float(value)
+    _wrap(at, _check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
+    optional_rates = ("interconnect_bytes_per_s",)
+    for key in optional_rates:
+        if key in record:
+            _wrap(at, _check_rate, key, record[key], "bytes/s", "900e9")
+    for key in ("capacity_bytes", "onchip_bytes"):
+        if key in record:
+            if key == "capacity_bytes":
+                _wrap(at, _check_capacity, key, record[key])
+            elif not isinstance(record[key], int | float) or record[key] <= 0:
+                raise DeviceFileError(f"{at}{key} = {record[key]!r} must be a positive number of bytes")
+    aliases = record.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise DeviceFileError(f"{at}'aliases' must be a list of strings")
+    for key in ("source", "sparse_headline", "notes", "vendor", "kind"):
+        if key in record and not isinstance(record[key], str):
+            raise DeviceFileError(f"{at}{key!r} must be a string")
+    return Device(
+        name=name,
+        peak_flops_per_s=MappingProxyType(peaks),
+        bandwidth_bytes_per_s=float(record["bandwidth_bytes_per_s"]),
+        capacity_bytes=_opt_float(record.get("capacity_bytes")),
+        aliases=tuple(aliases),
+        source=record.get("source", ""),
+        onchip_bytes=_opt_float(record.get("onchip_bytes")),
+        interconnect_bytes_per_s=_opt_float(record.get("interconnect_bytes_per_s")),
+        sparse_headline=record.get("sparse_headline", ""),
+        notes=record.get("notes", ""),
+        vendor=record.get("vendor", ""),
+        kind=record.get("kind", ""),
+        origin=origin,
+    )
+
+
+def _wrap(at: str, check: Any, *args: Any) -> None:
+    try:
+        check(*args)
+    except DeviceFileError as e:
+        raise DeviceFileError(at + str(e)) from None
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def parse_devices(text: str, origin: str) -> list[Device]:
+    """Devices in a TOML document: a top-level device, or a ``[[device]]`` list."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise DeviceFileError(f"{origin}: not valid TOML: {e}") from None
+    if "device" in doc:
+        records = doc["device"]
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise DeviceFileError(f"{origin}: 'device' must be an array of tables ([[device]])")
+        extra = sorted(set(doc) - {"device"})
+        if extra:
+            raise DeviceFileError(f"{origin}: unexpected top-level field {extra[0]!r} beside [[device]]")
+    else:
+        records = [doc]
+    devices = [device_from_record(r, origin) for r in records]
+    _check_duplicates(devices)
+    return devices
+
+
+def load_device_file(path: str | os.PathLike[str]) -> list[Device]:
+    """Read a device TOML file; :class:`DeviceFileError` if unreadable or malformed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise DeviceFileError(f"cannot read device file {str(p)!r}: {reason}") from None
+    return parse_devices(text, str(p))
+
+
+def _key(name: str) -> str:
+    """Lookup key: case-insensitive, blind to spaces, dashes, underscores and dots."""
+    return re.sub(r"[\s_\-.]+", "", name.lower())
+
+
+def _check_duplicates(devices: Iterable[Device]) -> None:
+    seen: dict[str, Device] = {}
+    for dev in devices:
+        for label in (dev.name, *dev.aliases):
+            k = _key(label)
+            other = seen.get(k)
+            if other is not None and other is not dev:
+                raise DeviceFileError(
+                    f"duplicate device name {label!r}: {other.name} ({other.origin}) "
+                    f"and {dev.name} ({dev.origin})"
+                )
+            seen[k] = dev
+
+
+def builtin_devices() -> list[Device]:
+    """The packaged catalog, in file order."""
+    text = resources.files("attnroof.devices").joinpath("catalog.toml").read_text(encoding="utf-8")
+    return parse_devices(text, "catalog.toml")
+
+
+def user_devices(env: Mapping[str, str] | None = None) -> list[Device]:
+    """Devices from ``$ATTNROOF_DEVICES`` (a TOML file or a folder of ``*.toml``), if set."""
+    value = (os.environ if env is None else env).get(ENV_VAR, "").strip()
+    if not value:
+        return []
+    path = Path(value)
+    if path.is_dir():
+        devices: list[Device] = []
+        for file in sorted(path.glob("*.toml")):
+            devices.extend(load_device_file(file))
+        _check_duplicates(devices)
+        return devices
+    if not path.exists():
+        raise DeviceFileError(f"{ENV_VAR}={value!r}: no such file or folder")
+    return load_device_file(path)
+
+
+def catalog(env: Mapping[str, str] | None = None) -> list[Device]:
+    """Built-in devices, with the user's devices added; a user device replaces a built-in one of
+    the same name or alias."""
+    users = user_devices(env)
+    taken = {_key(label) for dev in users for label in (dev.name, *dev.aliases)}
+    kept = [d for d in builtin_devices() if not taken & {_key(x) for x in (d.name, *d.aliases)}]
+    return kept + users
+
+
+def get_device(name_or_path: str, env: Mapping[str, str] | None = None) -> Device:
+    """A device by catalog name or alias, or the single device in a TOML file at that path."""
+    text = name_or_path.strip()
+    if text.endswith(".toml") or os.sep in text or Path(text).is_file():
+        devices = load_device_file(text)
+        if len(devices) != 1:
+            names = ", ".join(d.name for d in devices)
+            raise DeviceFileError(f"{text}: holds {len(devices)} devices ({names}); name one with --device")
+        return devices[0]
+    devices = catalog(env)
+    wanted = _key(text)
+    for dev in devices:
+        if wanted in {_key(x) for x in (dev.name, *dev.aliases)}:
+            return dev
+    labels = {_key(x): x for dev in devices for x in (dev.name, *dev.aliases)}
+    close = difflib.get_close_matches(wanted, list(labels), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(labels[c] for c in close)}?" if close else ""
+    raise UnknownDevice(f"unknown device {name_or_path!r}{hint} (list them with 'attnroof devices')")
+
+
+DEFAULT_DEVICE = "R"
+
+__all__ = [
+    "DEFAULT_DEVICE",
+    "ENV_VAR",
+    "Device",
+    "builtin_devices",
+    "catalog",
+    "device_from_record",
+    "get_device",
+    "load_device_file",
+    "parse_devices",
+    "user_devices",
+]

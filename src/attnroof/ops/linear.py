@@ -1,0 +1,37 @@
+"""A linear layer (a GEMM against a weight matrix): the batching argument of part F3."""
+
+from __future__ import annotations
+
+from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.ops.matmul import matmul_flops
+
+
+def linear(
+    n: Num,
+    k: Num,
+    m: Num,
+    *,
+    itemsize: Num = 2,
+    weight_itemsize: Num | None = None,
+    name: str = "linear",
+) -> Cost:
+    """``n`` tokens (n × k activations) through a k × m weight: Y = X·W.
+
+    The weight is read once however many tokens share it, so intensity grows with ``n`` until
+    the activations dominate: I = 2nkm / (bytes·(nk + km + nm)) ≈ n for n ≪ k, m in 16-bit.
+
+    >>> c = linear(1, 8192, 8192)
+    >>> c.flops, c.bytes
+    (134217728, 134250496)
+    """
+    w_itemsize = itemsize if weight_itemsize is None else weight_itemsize
+    return Cost(
+        (
+            Stage(
+                name,
+                matmul_flops(n, k, m),
+                (Access("X", n * k * itemsize), Access("W", k * m * w_itemsize)),
+                (Access("Y", n * m * itemsize),),
+            ),
+        )
+    )

@@ -1,0 +1,17 @@
+"""Matrix product FLOPs."""
+
+from __future__ import annotations
+
+from attnroof.cost import Num
+
+FLOPS_PER_MAC = 2
+"""One multiply and one add per multiply-accumulate (the count every vendor peak assumes)."""
+
+
+def matmul_flops(m: Num, k: Num, n: Num) -> Num:
+    """FLOPs of an (m × k) · (k × n) product: 2mnk.
+
+    >>> matmul_flops(8192, 128, 8192)   # Q·Kᵀ at s = 8192, d = 128
+    17179869184
+    """
+    return FLOPS_PER_MAC * m * n * k

@@ -1,0 +1,103 @@
+"""Text for people: numbers with units, stage tables, roofline rows. JSON never goes through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnroof.cost import Cost
+from attnroof.devices import Device
+from attnroof.roofline import Placement, Roof
+from attnroof.units import duration, si
+
+
+def num(x: float, digits: int = 3) -> str:
+    """A plain number: 3 significant figures below 1000, whole numbers with separators above.
+
+    >>> num(63.6307), num(4136.0), num(0.99423)
+    ('63.6', '4,136', '0.994')
+    """
+    if x is None:
+        return "—"
+    ax = abs(x)
+    if ax >= 1000 or (ax >= 100 and digits <= 3):
+        return f"{x:,.0f}"
+    if ax == 0:
+        return "0"
+    from attnroof.units import _sig
+
+    return _sig(x, digits)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+def flops(x: float) -> str:
+    return si(x, "FLOP")
+
+
+def nbytes(x: float) -> str:
+    return si(x, "B")
+
+
+def rate(x: float) -> str:
+    return si(x, "FLOP/s")
+
+
+def bandwidth(x: float) -> str:
+    return si(x, "B/s")
+
+
+def device_line(dev: Device, roof: Roof) -> str:
+    cap = f", {nbytes(dev.capacity_bytes)} memory" if dev.capacity_bytes else ""
+    return (
+        f"{dev.name} ({roof.dtype}): peak {rate(roof.peak_flops_per_s)}, "
+        f"bandwidth {bandwidth(roof.bandwidth_bytes_per_s)}{cap}; ridge {num(roof.ridge)} FLOP/byte"
+    )
+
+
+def placement_row(label: str, p: Placement) -> list[Any]:
+    return [
+        label,
+        flops(p.flops),
+        nbytes(p.bytes),
+        num(p.intensity),
+        rate(p.attainable_flops_per_s),
+        duration(p.time_s),
+        p.limiter,
+        p.verdict,
+    ]
+
+
+PLACEMENT_HEADERS = ["", "FLOPs", "bytes", "FLOP/byte", "attainable", "time ≥", "limiter", "verdict"]
+
+
+def stage_rows(cost: Cost, symbolic: Cost | None = None, itemsize: float | None = None) -> list[list[Any]]:
+    """One row per stage: name, FLOPs, what it reads and writes, bytes.
+
+    With ``symbolic`` (the same formula evaluated on sympy symbols with itemsize 1) the reads and
+    writes are shown as element counts such as ``Q (s·d)``.
+    """
+    rows = []
+    sym_stages = list(symbolic) if symbolic is not None else [None] * len(cost.stages)
+    for st, sym in zip(cost, sym_stages, strict=True):
+        if sym is not None:
+            reads = ", ".join(f"{a.tensor} ({expr(a.bytes)})" for a in sym.reads)
+            writes = ", ".join(f"{a.tensor} ({expr(a.bytes)})" for a in sym.writes)
+            elements = expr(sym.bytes)
+            rows.append([st.name, flops(st.flops), reads, writes, elements, nbytes(st.bytes)])
+        else:
+            reads = ", ".join(f"{a.tensor} {nbytes(a.bytes)}" for a in st.reads)
+            writes = ", ".join(f"{a.tensor} {nbytes(a.bytes)}" for a in st.writes)
+            rows.append([st.name, flops(st.flops), reads, writes, nbytes(st.bytes)])
+    return rows
+
+
+def expr(e: Any) -> str:
+    """A sympy expression as the spec writes algebra: ``4sd + 4s²``, ``s²(4d + 5)``."""
+    import sympy as sp
+
+    text = sp.sstr(sp.sympify(e))
+    for a, b in (("**2", "²"), ("**3", "³"), ("**4", "⁴"), ("*", "·"), ("·s", "s"), ("·d", "d"), ("·g", "g"), ("·n", "n"), ("·(", "(")):
+        text = text.replace(a, b)
+    return text

@@ -1,0 +1,180 @@
+"""Exact answers from the formulas: intensity as a size grows without bound, and the smallest
+size at which an operator reaches the ridge, or a proof that it never does.
+
+The formulas are evaluated on a sympy symbol, so nothing here is derived by hand: change the
+device, dtype, head dimension or counting convention and the algebra is redone.
+
+    >>> from attnroof.ops import attention
+    >>> c = crossover(lambda s: attention(s, 128, fused=True).intensity, 1200e12, 4.0e12)
+    >>> c.s_min, c.exact                              # part D2: s ≥ 307200/517 = 594.2
+    (595, '307200/517')
+    >>> u = crossover(lambda s: attention(s, 128).intensity, 1200e12, 4.0e12)
+    >>> u.never, round(u.limit_intensity, 1)          # part D3: never; supremum 517/8
+    (True, 64.6)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sympy as sp
+
+
+def exact(x: float | int) -> sp.Rational:
+    """The exact rational value of a figure as written (1200e12 → 1200000000000000)."""
+    if isinstance(x, int):
+        return sp.Integer(x)
+    return sp.Rational(repr(float(x)))
+
+
+def fraction_text(x: sp.Expr) -> str:
+    """``'307200/517'`` for a rational, ``sympy``'s own text otherwise."""
+    return str(sp.nsimplify(x)) if x.is_Rational else str(x)
+
+
+@dataclass(frozen=True, slots=True)
+class Crossover:
+    """Where intensity(x) first reaches the ridge, for integer x ≥ 1.
+
+    ``threshold`` is the real x at which intensity equals the ridge (``exact`` as a fraction);
+    ``s_min`` the smallest integer at or above it. ``never`` means no positive x reaches the
+    ridge: then ``limit_intensity`` (the supremum as x → ∞) lies at or below the ridge.
+    """
+
+    variable: str
+    ridge: float
+    ridge_exact: str
+    s_min: int | None
+    threshold: float | None
+    exact: str | None
+    never: bool
+    limit_intensity: float | None
+    limit_exact: str
+    intensity_expr: str
+    inequality: str
+    solution: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ridge": self.ridge,
+            "s_min": self.s_min,
+            "threshold": self.threshold,
+            "exact": self.exact,
+            "never": self.never,
+            "limit_intensity": self.limit_intensity,
+            "limit_exact": self.limit_exact,
+            "intensity": self.intensity_expr,
+            "inequality": self.inequality,
+            "solution": self.solution,
+        }
+
+
+def limit(intensity_of: Callable[[sp.Symbol], Any], variable: str = "s") -> sp.Expr:
+    """lim intensity(x) as x → ∞, exactly (``sp.oo`` when unbounded)."""
+    x = sp.Symbol(variable, positive=True)
+    return sp.limit(sp.cancel(sp.sympify(intensity_of(x))), x, sp.oo)
+
+
+def crossover(
+    intensity_of: Callable[[sp.Symbol], Any],
+    peak_flops_per_s: float,
+    bandwidth_bytes_per_s: float,
+    variable: str = "s",
+) -> Crossover:
+    """Solve intensity(x) ≥ P/B over the positive reals and round up to an integer size.
+
+    ``intensity_of`` is any formula's intensity as a function of one size; it is called once
+    with a positive sympy symbol.
+    """
+    x = sp.Symbol(variable, positive=True)
+    ridge = exact(peak_flops_per_s) / exact(bandwidth_bytes_per_s)
+    intensity = sp.cancel(sp.sympify(intensity_of(x)))
+    sup = sp.limit(intensity, x, sp.oo)
+
+    # I(x) ≥ ridge  ⇔  numerator(I − ridge) ≥ 0, since the denominator is positive for x > 0.
+    numer, denom = sp.fraction(sp.cancel(sp.together(intensity - ridge)))
+    if sp.sign(denom.subs(x, 1)) < 0:
+        numer, denom = -numer, -denom
+    numer = sp.expand(numer)
+    # Clear a common positive factor (a power of x, a number) so the inequality reads simply.
+    content, prim = sp.Poly(numer, x).primitive()
+    xpow = min((m[0] for m in sp.Poly(prim, x).monoms()), default=0)
+    reduced = sp.expand(prim.as_expr() / x**xpow)
+    inequality = f"{sp.sstr(reduced)} >= 0"
+    real = sp.Symbol(variable, real=True)
+    solution_set = sp.solveset(reduced.subs(x, real) >= 0, real, sp.S.Reals)
+    positive = sp.Intersection(solution_set, sp.Interval.open(0, sp.oo))
+
+    s_min = _smallest_integer(positive)
+    if s_min is None:
+        return Crossover(
+            variable=variable,
+            ridge=float(ridge),
+            ridge_exact=fraction_text(ridge),
+            s_min=None,
+            threshold=None,
+            exact=None,
+            never=True,
+            limit_intensity=_finite(sup),
+            limit_exact=str(sup),
+            intensity_expr=str(intensity),
+            inequality=inequality,
+            solution=_set_text(solution_set, real),
+        )
+    threshold = sp.Min(*[iv.inf for iv in _intervals(positive)])
+    return Crossover(
+        variable=variable,
+        ridge=float(ridge),
+        ridge_exact=fraction_text(ridge),
+        s_min=s_min,
+        threshold=float(threshold),
+        exact=fraction_text(threshold),
+        never=False,
+        limit_intensity=_finite(sup),
+        limit_exact=str(sup),
+        intensity_expr=str(intensity),
+        inequality=inequality,
+        solution=_set_text(solution_set, real),
+    )
+
+
+def _intervals(s: sp.Set) -> list[sp.Interval]:
+    if isinstance(s, sp.Interval):
+        return [s]
+    if isinstance(s, sp.Union):
+        return [a for a in s.args if isinstance(a, sp.Interval)]
+    return []
+
+
+def _smallest_integer(s: sp.Set) -> int | None:
+    """The smallest integer ≥ 1 in a union of intervals, or None."""
+    best: int | None = None
+    for iv in _intervals(s):
+        start = max(1, math.ceil(iv.inf)) if iv.inf.is_finite else 1
+        if iv.left_open and sp.Integer(start) == iv.inf:
+            start += 1
+        if sp.Integer(start) in iv and (best is None or start < best):
+            best = start
+    return best
+
+
+def _finite(value: sp.Expr) -> float | None:
+    return float(value) if value.is_finite else None
+
+
+def _set_text(s: sp.Set, x: sp.Symbol) -> str:
+    """A readable form of a solution set: ``s <= -307200/1883``, ``s >= 307200/517``, ``none``."""
+    if s is sp.S.EmptySet:
+        return "no real solution"
+    if isinstance(s, sp.Interval):
+        lo, hi = s.inf, s.sup
+        if lo == -sp.oo and hi == sp.oo:
+            return f"every real {x}"
+        if lo == -sp.oo:
+            return f"{x} {'<' if s.right_open else '<='} {fraction_text(hi)}"
+        if hi == sp.oo:
+            return f"{x} {'>' if s.left_open else '>='} {fraction_text(lo)}"
+    return str(s)
