@@ -45,6 +45,7 @@ def _attention(
     causal: bool,
     group: Num,
     itemsize: Num,
+    kv_itemsize: Num,
     softmax_flops_per_element: Num,
 ) -> Cost:
     """One KV head and its ``group`` query heads."""
@@ -54,8 +55,8 @@ def _attention(
     sm_flops = softmax_flops(scores, softmax_flops_per_element)
 
     q = Access("Q", group * s_q * d * itemsize)
-    k = Access("K", s_kv * d * itemsize)
-    v = Access("V", s_kv * d * itemsize)
+    k = Access("K", s_kv * d * kv_itemsize)
+    v = Access("V", s_kv * d * kv_itemsize)
     o = Access("O", group * s_q * d * itemsize)
     if fused:
         return Cost((Stage("fused attention", qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
@@ -77,6 +78,7 @@ def attention(
     causal: bool = False,
     group: Num = 1,
     itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
     batch: Num = 1,
     kv_heads: Num = 1,
@@ -84,7 +86,8 @@ def attention(
     """Attention forward over a sequence of length ``s`` (prefill), head dimension ``d``.
 
     The cost of one KV head with its ``group`` query heads, times ``batch × kv_heads``.
-    Bytes use ``itemsize`` bytes per element of Q, K, V, S, P and O.
+    Bytes use ``itemsize`` bytes per element of Q, S, P and O, and ``kv_itemsize`` (default:
+    the same) for K and V.
 
     >>> attention(8192, 128).flops          # s²(4d + 5), part A2
     34695282688
@@ -101,6 +104,7 @@ def attention(
         causal=causal,
         group=group,
         itemsize=itemsize,
+        kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
         softmax_flops_per_element=softmax_flops_per_element,
     )
     return one * (batch * kv_heads)
@@ -113,6 +117,7 @@ def decode(
     fused: bool = False,
     group: Num = 1,
     itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
     batch: Num = 1,
     kv_heads: Num = 1,
@@ -134,6 +139,7 @@ def decode(
         causal=False,
         group=group,
         itemsize=itemsize,
+        kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
         softmax_flops_per_element=softmax_flops_per_element,
     )
     return one * (batch * kv_heads)
