@@ -19,7 +19,7 @@ def num(x: float, digits: int = 3) -> str:
     if x is None:
         return "—"
     ax = abs(x)
-    if ax >= 1000 or (ax >= 100 and digits <= 3):
+    if digits <= 3 and ax >= 100:
         return f"{x:,.0f}"
     if ax == 0:
         return "0"
@@ -98,6 +98,16 @@ def expr(e: Any) -> str:
     import sympy as sp
 
     text = sp.sstr(sp.sympify(e))
-    for a, b in (("**2", "²"), ("**3", "³"), ("**4", "⁴"), ("*", "·"), ("·s", "s"), ("·d", "d"), ("·g", "g"), ("·n", "n"), ("·(", "(")):
+    for a, b in (
+        ("**2", "²"),
+        ("**3", "³"),
+        ("**4", "⁴"),
+        ("*", "·"),
+        ("·s", "s"),
+        ("·d", "d"),
+        ("·g", "g"),
+        ("·n", "n"),
+        ("·(", "("),
+    ):
         text = text.replace(a, b)
     return text

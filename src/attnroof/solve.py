@@ -100,7 +100,7 @@ def crossover(
         numer, denom = -numer, -denom
     numer = sp.expand(numer)
     # Clear a common positive factor (a power of x, a number) so the inequality reads simply.
-    content, prim = sp.Poly(numer, x).primitive()
+    _content, prim = sp.Poly(numer, x).primitive()
     xpow = min((m[0] for m in sp.Poly(prim, x).monoms()), default=0)
     reduced = sp.expand(prim.as_expr() / x**xpow)
     inequality = f"{sp.sstr(reduced)} >= 0"
