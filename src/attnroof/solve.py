@@ -153,7 +153,7 @@ def _smallest_integer(s: sp.Set) -> int | None:
     """The smallest integer ≥ 1 in a union of intervals, or None."""
     best: int | None = None
     for iv in _intervals(s):
-        start = max(1, math.ceil(iv.inf)) if iv.inf.is_finite else 1
+        start = max(1, int(math.ceil(iv.inf))) if iv.inf.is_finite else 1
         if iv.left_open and sp.Integer(start) == iv.inf:
             start += 1
         if sp.Integer(start) in iv and (best is None or start < best):

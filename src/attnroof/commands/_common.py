@@ -176,8 +176,8 @@ def to_jsonable(x: Any) -> Any:
 
 
 def emit_json(data: dict[str, Any]) -> None:
-    json.dump(to_jsonable(data), sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    text = json.dumps(to_jsonable(data), indent=2, ensure_ascii=False)  # whole, or nothing
+    sys.stdout.write(text + "\n")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
