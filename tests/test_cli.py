@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import SRC, assert_one_line_error, run_cli
 
 
@@ -61,7 +62,12 @@ def test_sweep_default_list_and_range():
 def test_crossover_json():
     j = run_cli("crossover", "-d", "128", "--json").json()
     assert j["ridge"] == 300
-    assert j["fused"] == j["fused"] | {"s_min": 595, "exact": "307200/517", "never": False, "limit_intensity": None}
+    assert j["fused"] == j["fused"] | {
+        "s_min": 595,
+        "exact": "307200/517",
+        "never": False,
+        "limit_intensity": None,
+    }
     assert j["unfused"]["never"] is True and j["unfused"]["s_min"] is None
     assert j["unfused"]["limit_intensity"] == pytest.approx(64.625)
     causal = run_cli("crossover", "-d", "128", "--causal", "--json").json()
@@ -102,7 +108,16 @@ def test_sheet_default_is_device_R():
     r = run_cli("sheet")
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    for needle in ("300 FLOP/byte", "307200/517", "s = 595", "never compute-bound", "s = 1189", "0.994", "34.4 GB", "4.71×"):
+    for needle in (
+        "300 FLOP/byte",
+        "307200/517",
+        "s = 595",
+        "never compute-bound",
+        "s = 1189",
+        "0.994",
+        "34.4 GB",
+        "4.71×",
+    ):
         assert needle in out, needle
 
 
@@ -115,15 +130,21 @@ def test_sheet_json_and_other_shape():
 
 def test_sheet_with_a_device_file(tmp_path):
     f = tmp_path / "mine.toml"
-    f.write_text('name = "Mine"\nbandwidth_bytes_per_s = 2e12\ncapacity_bytes = 80e9\n[peak_flops_per_s]\nbf16 = 500e12\n')
+    f.write_text(
+        'name = "Mine"\nbandwidth_bytes_per_s = 2e12\ncapacity_bytes = 80e9\n[peak_flops_per_s]\nbf16 = 500e12\n'
+    )
     j = run_cli("sheet", "--device", str(f), "--json").json()
     assert j["ridge"] == 250
     assert j["crossover"]["fused"]["s_min"] == 496  # 517s/1024 ≥ 250 ⇔ s ≥ 256000/517 = 495.2
 
 
 def test_python_dash_m_and_help():
-    r = subprocess.run([sys.executable, "-m", "attnroof", "--help"], capture_output=True, text=True,
-                       env={"PYTHONPATH": str(SRC), "PATH": ""})
+    r = subprocess.run(
+        [sys.executable, "-m", "attnroof", "--help"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC), "PATH": ""},
+    )
     assert r.returncode == 0
     for cmd in ("sheet", "attention", "sweep", "crossover", "decode", "linear", "footprint"):
         assert cmd in r.stdout
@@ -161,8 +182,14 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        ("name = 'X'\nbandwidth_bytes_per_s = 4.0\n[peak_flops_per_s]\nbf16 = 1e15\n", "bandwidth_bytes_per_s"),
-        ("name = 'X'\nbandwidth_bytes_per_s = 4e12\n[peak_flops_per_s]\nbf16 = -1e15\n", "peak_flops_per_s.bf16"),
+        (
+            "name = 'X'\nbandwidth_bytes_per_s = 4.0\n[peak_flops_per_s]\nbf16 = 1e15\n",
+            "bandwidth_bytes_per_s",
+        ),
+        (
+            "name = 'X'\nbandwidth_bytes_per_s = 4e12\n[peak_flops_per_s]\nbf16 = -1e15\n",
+            "peak_flops_per_s.bf16",
+        ),
         ("name = 'X'\n[peak_flops_per_s]\nbf16 = 1e15\n", "bandwidth_bytes_per_s"),
         ("name = 'X'\nbandwidth = 4e12\n", "'bandwidth'"),
         ("name = 'X\n", "not valid TOML"),
@@ -181,11 +208,15 @@ def test_import_attnroof_is_light():
         "heavy = [m for m in ('torch', 'matplotlib', 'triton') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)})
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}
+    )
     assert r.returncode == 0, r.stderr
 
 
 def test_import_attnroof_does_not_load_sympy():
     code = "import sys, attnroof\nassert 'sympy' not in sys.modules\n"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)})
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}
+    )
     assert r.returncode == 0, r.stderr

@@ -50,7 +50,9 @@ def test_decode_symbolic_equals_exact(s, d, g, size):
 @settings(max_examples=100, deadline=None)
 @given(s=sizes, d=heads_dims, size=itemsizes)
 def test_traffic_ratio_is_one_plus_s_over_d(s, d, size):
-    ratio = sp.Rational(attention(s, d, itemsize=size).bytes, attention(s, d, fused=True, itemsize=size).bytes)
+    ratio = sp.Rational(
+        attention(s, d, itemsize=size).bytes, attention(s, d, fused=True, itemsize=size).bytes
+    )
     assert ratio == 1 + sp.Rational(s, d)
 
 

@@ -69,7 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # a bug, not bad input: still one line, unless asked for the traceback
         if os.environ.get("ATTNROOF_DEBUG"):
             raise
-        print(f"attnroof: internal error: {type(e).__name__}: {e} (ATTNROOF_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(
+            f"attnroof: internal error: {type(e).__name__}: {e} (ATTNROOF_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -366,7 +366,8 @@ def _crossover_run(args: argparse.Namespace) -> int:
     print(render.device_line(dev, roof))
     for label, c in res.items():
         print()
-        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {c.limit_exact}")
+        limit = c.limit_exact if c.limit_intensity is not None else "∞ (unbounded)"
+        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {limit}")
         print(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
         if c.never:
             print(
