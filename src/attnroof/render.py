@@ -10,7 +10,7 @@ from attnroof.roofline import Placement, Roof
 from attnroof.units import duration, si
 
 
-def num(x: float, digits: int = 3) -> str:
+def num(x: float | None, digits: int = 3) -> str:
     """A plain number: 3 significant figures below 1000, whole numbers with separators above.
 
     >>> num(63.6307), num(4136.0), num(0.99423)
@@ -28,7 +28,9 @@ def num(x: float, digits: int = 3) -> str:
     return _sig(x, digits)
 
 
-def pct(x: float) -> str:
+def pct(x: float | None) -> str:
+    if x is None:
+        return "—"
     return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.1f}%"
 
 

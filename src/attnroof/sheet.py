@@ -13,7 +13,7 @@ from typing import Any
 import sympy as sp
 
 from attnroof import render
-from attnroof.analysis import Comparison, softmax_share
+from attnroof.analysis import Comparison, attention_crossover, softmax_share
 from attnroof.commands._common import table
 from attnroof.cost import Cost
 from attnroof.devices import Device
@@ -128,9 +128,7 @@ def build_sheet(
         return decode(n, dd, **kw, **extra)
 
     def cross(**extra: Any) -> Crossover:
-        return crossover(
-            lambda x: att(x, **extra).intensity, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s
-        )
+        return attention_crossover(d, roof, **kw, **extra)
 
     def limit(cost_of: Any) -> float:
         return float(sp.limit(sp.cancel(cost_of(S).intensity), S, sp.oo))
@@ -227,6 +225,7 @@ def _cross_text(c: Crossover, label: str) -> list[str]:
         f"- {label}: I(s) = `{e(c.intensity_expr)}`; I(s) ≥ {c.ridge_exact} ⇔ `{e(c.inequality)}` ⇔ `{c.solution}`."
     ]
     if c.never:
+        assert c.limit_intensity is not None  # a bounded supremum: an unbounded intensity always crosses
         out.append(
             f"  No positive s satisfies it: **never compute-bound**. I(s) only approaches its supremum "
             f"{c.limit_exact} = {num(c.limit_intensity)} FLOP/byte, {num(c.ridge / c.limit_intensity)}× below the ridge."
@@ -386,7 +385,7 @@ def _variants_lines(sh: Sheet) -> list[str]:
         *_cross_text(cu, "Unfused, causal"),
         "",
     ]
-    if not (cf.never or full.never):
+    if cf.threshold is not None and full.threshold is not None:
         out += [
             f"The fused crossover moves from s = {full.s_min} to s = {cf.s_min} "
             f"({num(cf.threshold / full.threshold)}× the threshold): removing FLOPs without removing bytes lowers "

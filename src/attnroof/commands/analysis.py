@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from attnroof import render
-from attnroof.analysis import Comparison, softmax_share, stage_json, sweep
+from attnroof.analysis import Comparison, attention_crossover, softmax_share, stage_json, sweep
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -256,9 +257,9 @@ def _sweep_run(args: argparse.Namespace) -> int:
         itemsize=dt.itemsize,
         softmax_flops_per_element=args.softmax_flops,
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, s in enumerate(args.s):
-        row: dict[str, object] = {"s": s}
+        row: dict[str, Any] = {"s": s}
         for label in ("unfused", "fused"):
             r = res[label]
             row[label] = {
@@ -320,34 +321,19 @@ def _crossover_setup(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-def crossovers(d: int, roof, *, causal: bool, itemsize: float, softmax_flops_per_element: float) -> dict:
-    """Exact crossover of unfused and fused attention on ``roof`` (sympy; imported here)."""
-    from attnroof.solve import crossover
-
-    out = {}
-    for label, fused in (("unfused", False), ("fused", True)):
-        out[label] = crossover(
-            lambda s, fused=fused: (
-                attention(
-                    s,
-                    d,
-                    fused=fused,
-                    causal=causal,
-                    itemsize=itemsize,
-                    softmax_flops_per_element=softmax_flops_per_element,
-                ).intensity
-            ),
-            roof.peak_flops_per_s,
-            roof.bandwidth_bytes_per_s,
-        )
-    return out
-
-
 def _crossover_run(args: argparse.Namespace) -> int:
     dev, dt, roof = roof_from_args(args)
-    res = crossovers(
-        args.d, roof, causal=args.causal, itemsize=dt.itemsize, softmax_flops_per_element=args.softmax_flops
-    )
+    res = {
+        label: attention_crossover(
+            args.d,
+            roof,
+            fused=fused,
+            causal=args.causal,
+            itemsize=dt.itemsize,
+            softmax_flops_per_element=args.softmax_flops,
+        )
+        for label, fused in (("unfused", False), ("fused", True))
+    }
     if args.json:
         emit_json(
             {
