@@ -220,3 +220,11 @@ def test_import_attnroof_does_not_load_sympy():
         [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_sheet_on_a_low_ridge_device_shows_unfused_crossing():
+    r = run_cli("sheet", "--peak-flops", "100T")
+    assert r.returncode == 0, r.stderr
+    assert "[overridden: peak_flops_per_s.bf16]" in r.stdout
+    assert "ridge 25 FLOP/byte" in r.stdout
+    assert "here it does cross, at s = 81" in r.stdout  # 517s ≥ 200(8s + 1024) ⇔ s ≥ 25600/317 = 80.8

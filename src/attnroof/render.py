@@ -52,8 +52,9 @@ def bandwidth(x: float) -> str:
 
 def device_line(dev: Device, roof: Roof) -> str:
     cap = f", {nbytes(dev.capacity_bytes)} memory" if dev.capacity_bytes else ""
+    over = f" [overridden: {', '.join(dev.overridden)}]" if dev.overridden else ""
     return (
-        f"{dev.name} ({roof.dtype}): peak {rate(roof.peak_flops_per_s)}, "
+        f"{dev.name}{over} ({roof.dtype}): peak {rate(roof.peak_flops_per_s)}, "
         f"bandwidth {bandwidth(roof.bandwidth_bytes_per_s)}{cap}; ridge {num(roof.ridge)} FLOP/byte"
     )
 

@@ -320,6 +320,8 @@ def render_sheet(sh: Sheet) -> str:
         *_cross_text(sh.crossover["fused"], "Fused"),
         *_cross_text(sh.crossover["unfused"], "Unfused"),
         "",
+        _unfused_condition(sh),
+        "",
         f"At s = {s}, d = {d}:",
         "",
         _placements([("unfused", u.placement), ("fused", f.placement)]),
@@ -338,6 +340,25 @@ def render_sheet(sh: Sheet) -> str:
     lines += _footprint_lines(sh)
     lines += _variants_lines(sh)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _unfused_condition(sh: Sheet) -> str:
+    """The device-independent form of the unfused verdict: compare the ridge with the supremum."""
+    c = sh.crossover["unfused"]
+    sup = c.limit_intensity
+    general = (
+        f"Unfused intensity rises with s towards `{e(sh.algebra['limit_unfused'])}` and never reaches it, so unfused "
+        f"attention at d = {sh.d} can be compute-bound only on a part whose ridge is below {num(sup)} FLOP/byte."
+    )
+    if c.never:
+        return (
+            general
+            + f" {sh.device.name}'s ridge is {num(sh.roof.ridge)}: no tuning of the three kernels changes that."
+        )
+    return (
+        general
+        + f" {sh.device.name}'s ridge is {num(sh.roof.ridge)}, so here it does cross, at s = {c.s_min}."
+    )
 
 
 def _footprint_lines(sh: Sheet) -> list[str]:

@@ -73,6 +73,8 @@ class Device:
     kind: str = ""
     origin: str = field(default="", compare=False)
     """Where this record was read from (the catalog, a file path)."""
+    overridden: tuple[str, ...] = ()
+    """Fields replaced on the command line (``peak_flops_per_s.bf16``, ``bandwidth_bytes_per_s``, ...)."""
 
     def peak(self, dt: str | DType) -> float:
         """Dense peak FLOP/s for ``dt``; :class:`MissingPeak` when the device has no such figure."""
@@ -112,7 +114,8 @@ class Device:
             changes["capacity_bytes"] = float(capacity_bytes)
         if not changes:
             return self
-        return replace(self, **changes, name=self.name + " (overridden)", source=self.source)
+        labels = [f"peak_flops_per_s.{dtype(dt).name}" if k == "peak_flops_per_s" else k for k in changes]
+        return replace(self, **changes, overridden=(*self.overridden, *labels))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +131,7 @@ class Device:
             "sparse_headline": self.sparse_headline,
             "notes": self.notes,
             "source": self.source,
+            "overridden": list(self.overridden),
         }
 
 
