@@ -164,12 +164,14 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
     where = f"{origin}: " if origin else ""
     label = record.get("name", "<unnamed>")
     at = f"{where}device {label!r}: "
+    unknown = sorted(set(record) - set(_REQUIRED) - _OPTIONAL)
+    if unknown:  # before the required fields, so that a misspelt one is named as such
+        close = difflib.get_close_matches(unknown[0], [*_REQUIRED, *sorted(_OPTIONAL)], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise DeviceFileError(f"{at}unknown field {unknown[0]!r}{hint}")
     for key in _REQUIRED:
         if key not in record:
             raise DeviceFileError(f"{at}missing required field {key!r}")
-    unknown = sorted(set(record) - set(_REQUIRED) - _OPTIONAL)
-    if unknown:
-        raise DeviceFileError(f"{at}unknown field {unknown[0]!r}")
     name = record["name"]
     if not isinstance(name, str) or not name.strip():
         raise DeviceFileError(f"{where}field 'name' must be a non-empty string, got {name!r}")
