@@ -239,6 +239,9 @@ def test_cli_uses_the_user_file(user_file):
     assert r.returncode == 0, r.stderr
     assert r.json()["device"] == "H100 SXM"
     assert "3.09 TB/s" in run_cli("attention", "-s", "8k", "-d", "128", "--device", "h100", env=env).stdout
+    r = run_cli("devices", str(user_file), "--json")  # a file named directly: every device in it
+    assert r.returncode == 0, r.stderr
+    assert [d["name"] for d in r.json()["devices"]] == ["H100 SXM", "Lab card"]
 
 
 # ---------------------------------------------------------------- bad device files

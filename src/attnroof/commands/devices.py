@@ -7,12 +7,14 @@ listed with (or instead of) the built-in ones.
 from __future__ import annotations
 
 import argparse
+import os
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from attnroof.commands._common import Command, add_json_arg, emit_json, table
-from attnroof.devices import Device, catalog, get_device
+from attnroof.devices import Device, catalog, get_device, load_device_file
 from attnroof.dtypes import DTYPES, dtype
 from attnroof.units import GB, MB, TB_PER_S, TERA
 
@@ -133,8 +135,16 @@ def device_text(dev: Device) -> str:
 # ---------------------------------------------------------------- the command
 
 
+def named(name: str) -> list[Device]:
+    """The device that ``name`` finds in the catalog, or every device in the TOML file ``name``."""
+    text = name.strip()
+    if text.endswith(".toml") or os.sep in text or Path(text).is_file():
+        return load_device_file(text)
+    return [get_device(text)]
+
+
 def _setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", help="one device (name, alias or TOML file): show every field")
+    p.add_argument("name", nargs="?", help="a device name or alias, or a device TOML file: show every field")
     p.add_argument(
         "--dtype",
         default=HEADLINE_DTYPE,
@@ -147,11 +157,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     dt = dtype(args.dtype).name
     if args.name is not None:
-        dev = get_device(args.name)
+        found = named(args.name)
         if args.json:
-            emit_json({"devices": [device_json(dev)]})
+            emit_json({"devices": [device_json(d) for d in found]})
         else:
-            print(device_text(dev))
+            print("\n\n".join(device_text(d) for d in found))
         return 0
     devices = catalog()
     if args.json:
