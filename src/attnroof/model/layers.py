@@ -112,8 +112,13 @@ def model_ops(
 
     emb = copy(n * m.hidden, read_itemsize=w, write_itemsize=a, name="token rows", tensor="embedding rows")
     if m.learned_positions:
-        emb = emb + copy(n * m.hidden, read_itemsize=w, write_itemsize=a, name="position rows",
-                         tensor="position rows") + add(n, m.hidden, itemsize=a, name="position add")
+        emb = (
+            emb
+            + copy(
+                n * m.hidden, read_itemsize=w, write_itemsize=a, name="position rows", tensor="position rows"
+            )
+            + add(n, m.hidden, itemsize=a, name="position add")
+        )
 
     def lin(k: int, out: int, name: str, tokens: int = n) -> Cost:
         return linear(tokens, k, out, itemsize=a, weight_itemsize=w, name=name)
@@ -127,14 +132,20 @@ def model_ops(
         Op("QKV projection", lin(m.hidden, m.q_width + 2 * m.kv_width, "QKV projection"), L),
         Op(
             "KV-cache write",
-            copy(n * 2 * m.kv_width, read_itemsize=a, write_itemsize=p.kv_itemsize, name="KV-cache write",
-                 tensor="new K,V"),
+            copy(
+                n * 2 * m.kv_width,
+                read_itemsize=a,
+                write_itemsize=p.kv_itemsize,
+                name="KV-cache write",
+                tensor="new K,V",
+            ),
             L,
         ),
         Op(
             "attention",
-            attention_cost(m, phase, batch, context, p, fused=fused,
-                           softmax_flops_per_element=softmax_flops_per_element),
+            attention_cost(
+                m, phase, batch, context, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element
+            ),
             L,
             attention=True,
         ),
