@@ -70,7 +70,7 @@ def gemm_crossovers(model: ModelConfig, roof: Roof, prec: Precision) -> list[Gem
             roof.bandwidth_bytes_per_s,
             variable="n",
         )
-        out.append(GemmCrossover(name, k, m, c.s_min, c.exact))
+        out.append(GemmCrossover(name, k, m, None if c.s_min is None else int(c.s_min), c.exact))
     return out
 
 

@@ -122,6 +122,16 @@ class ModelConfig:
             + self.norm_params  # the final norm
         )
 
+    def streamed_params(self) -> int:
+        """Parameters a forward step reads whole: all but the tables it only gathers rows of
+        (the token embedding, unless the LM head shares it, and learned positions).
+
+        >>> builtin("llama-3.1-8b").streamed_params()   # 8.03 B less the 128256 × 4096 embedding
+        7504924672
+        """
+        gathered = self.learned_positions * self.hidden + (0 if self.tied else self.vocab * self.hidden)
+        return self.params() - gathered
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,

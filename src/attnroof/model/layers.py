@@ -7,15 +7,16 @@ Prefill runs ``batch × context`` tokens through every layer with causal attenti
 ``batch`` tokens, each against its own KV cache of ``context`` tokens (``min(context, window)``
 with a sliding window), and appends the new token's K and V to the cache.
 
-Not counted (each well under 1% of a layer's bytes and FLOPs): the bias adds of the projections
-(the biases do count in the parameter total), rotary position embedding, and sampling.
+A projection with a bias (GPT-2, Qwen2's QKV) reads the bias with its weight and adds it in the
+GEMM's epilogue: one more read and one FLOP per output element on the same kernel. Not counted
+(well under 1% of a layer's bytes and FLOPs): rotary position embedding and sampling.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnroof.cost import Cost
+from attnroof.cost import Access, Cost, Stage
 from attnroof.model.config import ModelConfig
 from attnroof.ops import attention, decode, linear
 from attnroof.ops.elementwise import activation, add, copy, norm
@@ -42,6 +43,18 @@ class Op:
     cost: Cost
     count: int = 1
     attention: bool = False
+
+
+BIAS_FLOPS_PER_ELEMENT = 1
+"""A bias add in the GEMM epilogue: one addition per output element."""
+
+
+def with_bias(cost: Cost, n: int, m: int, weight_itemsize: float) -> Cost:
+    """A one-kernel ``linear`` cost that also reads an ``m``-wide bias and adds it to its
+    ``n × m`` output."""
+    (st,) = cost.stages
+    bias = Access("bias", m * weight_itemsize)
+    return Cost((Stage(st.name, st.flops + BIAS_FLOPS_PER_ELEMENT * n * m, (*st.reads, bias), st.writes),))
 
 
 def cached_tokens(model: ModelConfig, context: int) -> int:
@@ -120,8 +133,9 @@ def model_ops(
             + add(n, m.hidden, itemsize=a, name="position add")
         )
 
-    def lin(k: int, out: int, name: str, tokens: int = n) -> Cost:
-        return linear(tokens, k, out, itemsize=a, weight_itemsize=w, name=name)
+    def lin(k: int, out: int, name: str, bias: bool = False, tokens: int = n) -> Cost:
+        cost = linear(tokens, k, out, itemsize=a, weight_itemsize=w, name=name)
+        return with_bias(cost, tokens, out, w) if bias else cost
 
     def nrm(name: str) -> Cost:
         return norm(n, m.hidden, itemsize=a, weight_itemsize=w, kind=m.norm, name=name)
@@ -129,7 +143,7 @@ def model_ops(
     ops = [
         Op("embedding", emb),
         Op("attention norm", nrm("attention norm"), L),
-        Op("QKV projection", lin(m.hidden, m.q_width + 2 * m.kv_width, "QKV projection"), L),
+        Op("QKV projection", lin(m.hidden, m.q_width + 2 * m.kv_width, "QKV projection", m.qkv_bias), L),
         Op(
             "KV-cache write",
             copy(
@@ -149,22 +163,22 @@ def model_ops(
             L,
             attention=True,
         ),
-        Op("output projection", lin(m.q_width, m.hidden, "output projection"), L),
+        Op("output projection", lin(m.q_width, m.hidden, "output projection", m.o_bias), L),
         Op("residual add (attention)", add(n, m.hidden, itemsize=a, name="residual add"), L),
         Op("MLP norm", nrm("MLP norm"), L),
     ]
     if m.gated:
         ops += [
-            Op("gate/up projection", lin(m.hidden, 2 * m.intermediate, "gate/up projection"), L),
+            Op("gate/up projection", lin(m.hidden, 2 * m.intermediate, "gate/up projection", m.mlp_bias), L),
             Op("activation (SiLU·up)", activation(n, m.intermediate, gated=True, itemsize=a), L),
         ]
     else:
         ops += [
-            Op("up projection", lin(m.hidden, m.intermediate, "up projection"), L),
+            Op("up projection", lin(m.hidden, m.intermediate, "up projection", m.mlp_bias), L),
             Op("activation (GELU)", activation(n, m.intermediate, gated=False, itemsize=a), L),
         ]
     ops += [
-        Op("down projection", lin(m.intermediate, m.hidden, "down projection"), L),
+        Op("down projection", lin(m.intermediate, m.hidden, "down projection", m.mlp_bias), L),
         Op("residual add (MLP)", add(n, m.hidden, itemsize=a, name="residual add"), L),
         Op("final norm", nrm("final norm")),
         Op("LM head", lin(m.hidden, m.vocab, "LM head", tokens=batch)),

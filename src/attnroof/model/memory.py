@@ -60,6 +60,8 @@ class Memory:
     """Bytes on the device, and whether they fit. SI units (bytes)."""
 
     weights_bytes: float
+    weights_read_bytes: float
+    """The weights one step streams whole: all but the gathered embedding tables."""
     kv_cache_bytes_per_token: float
     kv_cache_bytes_per_sequence: float
     kv_cache_bytes: float
@@ -79,6 +81,7 @@ class Memory:
     def to_json(self) -> dict[str, Any]:
         return {
             "weights_bytes": self.weights_bytes,
+            "weights_read_bytes": self.weights_read_bytes,
             "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
             "kv_cache_bytes_per_sequence": self.kv_cache_bytes_per_sequence,
             "kv_cache_bytes": self.kv_cache_bytes,
@@ -127,6 +130,7 @@ def memory(
         max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
     return Memory(
         weights_bytes=weights,
+        weights_read_bytes=model.streamed_params() * prec.weight_itemsize,
         kv_cache_bytes_per_token=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,
