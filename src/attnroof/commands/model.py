@@ -175,7 +175,7 @@ def _single(job: _Job) -> int:
         "",
         f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}, time ≥ {duration(t.time_s)}; {rate}",
         f"memory-bound {render.pct(t.memory_bound_share)} of the time; "
-        f"attention {render.pct(t.attention_share)} of it",
+        f"attention takes {render.pct(t.attention_share)} of the time",
         _memory_line(a.memory, job.device.name),
         *(f"note: {n}" for n in a.notes),
     ]
