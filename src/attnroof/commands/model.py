@@ -20,6 +20,10 @@ from attnroof.commands._common import (
 )
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
+from attnroof.model import ModelConfig, builtin, builtin_names, get_model
+from attnroof.model.analysis import ModelAnalysis, Totals, analyse
+from attnroof.model.layers import Precision
+from attnroof.model.memory import Memory
 from attnroof.roofline import Roof
 from attnroof.units import GIGA, duration
 
@@ -55,7 +59,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
 class _Job:
     """What every output needs: the model, the device and the three dtypes."""
 
-    model: Any  # attnroof.model.ModelConfig, imported lazily
+    model: ModelConfig
     args: argparse.Namespace
     device: Device
     roof: Roof
@@ -64,18 +68,14 @@ class _Job:
     kdt: DType
 
     @property
-    def prec(self) -> Any:
-        from attnroof.model.layers import Precision
-
+    def prec(self) -> Precision:
         return Precision(self.dt.itemsize, self.wdt.itemsize, self.kdt.itemsize)
 
     @property
     def fused(self) -> bool:
         return not self.args.unfused
 
-    def analyse(self, batch: int) -> Any:
-        from attnroof.model.analysis import analyse
-
+    def analyse(self, batch: int) -> ModelAnalysis:
         a = self.args
         return analyse(
             self.model, a.phase, batch, a.context, self.roof, self.prec,
@@ -125,8 +125,6 @@ class _Job:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from attnroof.model import builtin, builtin_names, get_model
-
     if args.list:
         return _print_list([builtin(n) for n in builtin_names()], args.json)
     require(args.model is not None, "--model is required (a built-in name or a config.json; see --list)")
@@ -164,10 +162,8 @@ def _single(job: _Job) -> int:
         for o in a.ops
     ]
     headers = ["operator", "×", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of step"]
-    if t.tokens_per_s is not None:
-        rate = f"≤ {render.num(t.tokens_per_s)} tokens/s"
-    else:
-        rate = f"time to first token ≥ {duration(t.ttft_s)}"
+    tokens = t.tokens_per_s
+    rate = f"≤ {render.num(tokens)} tokens/s" if tokens is not None else f"time to first token ≥ {_rate(t)}"
     out = [
         *job.header(batch),
         "",
@@ -183,7 +179,14 @@ def _single(job: _Job) -> int:
     return 0
 
 
-def _memory_line(mem: Any, device: str) -> str:
+def _rate(t: Totals) -> str:
+    """Decode: the tokens/s ceiling; prefill: the time-to-first-token floor."""
+    if t.tokens_per_s is not None:
+        return render.num(t.tokens_per_s)
+    return duration(t.time_s if t.ttft_s is None else t.ttft_s)
+
+
+def _memory_line(mem: Memory, device: str) -> str:
     b = render.nbytes
     used = (
         f"memory: weights {b(mem.weights_bytes)} + KV cache {b(mem.kv_cache_bytes)} "
@@ -206,13 +209,13 @@ def _sweep(job: _Job) -> int:
     decode = job.args.phase == "decode"
     runs = [job.analyse(b) for b in job.args.sweep_batch]
     gemms = gemm_crossovers(job.model, job.roof, job.prec)
-    step_batch, share = None, None
+    step_batch, share = None, 1.0
     if decode:
         step_batch, share = compute_bound_batch(
             job.model, job.args.context, job.roof, job.prec, fused=job.fused
         )
     if job.args.json:
-        rows = [
+        json_rows = [
             {
                 "batch": a.batch,
                 "totals": a.totals.to_json(),
@@ -224,15 +227,17 @@ def _sweep(job: _Job) -> int:
         emit_json(
             {
                 **job.json_head(),
-                "rows": rows,
+                "rows": json_rows,
+                "notes": runs[0].notes,
                 "gemm_crossovers": [g.to_json() for g in gemms],
-                "compute_bound_from_batch": step_batch,
-                "memory_bound_share_there": share,
+                # decode only: the first batch with under half the time memory-bound (None: never),
+                # and the memory-bound share there (or at the largest batch searched)
+                "step_crossover": {"batch": step_batch, "memory_bound_share": share} if decode else None,
             }
         )
         return 0
     mlp = "gate/up projection" if job.model.gated else "up projection"
-    rows = []
+    rows: list[list[Any]] = []
     for a in runs:
         t, mem = a.totals, a.memory
         fits = "—" if mem.fits is None else ("yes" if mem.fits else "no")
@@ -240,7 +245,7 @@ def _sweep(job: _Job) -> int:
             [
                 a.batch,
                 duration(t.time_s),
-                render.num(t.tokens_per_s) if decode else duration(t.ttft_s),
+                _rate(t),
                 a.op(mlp).limiter,
                 a.op("attention").limiter,
                 render.pct(t.memory_bound_share),
@@ -264,11 +269,12 @@ def _sweep(job: _Job) -> int:
         out.append(
             f"the decode step is compute-bound (under half its time memory-bound) from batch {step_batch}"
         )
+    out += [f"note: {n}" for n in runs[0].notes]
     print("\n".join(out))
     return 0
 
 
-def _print_list(models: list[Any], as_json: bool) -> int:
+def _print_list(models: list[ModelConfig], as_json: bool) -> int:
     if as_json:
         emit_json({"models": [m.to_json() for m in models]})
         return 0

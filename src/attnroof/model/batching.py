@@ -62,14 +62,11 @@ def gemm_crossovers(model: ModelConfig, roof: Roof, prec: Precision) -> list[Gem
 
     out = []
     for name, k, m in gemm_shapes(model):
-        c = crossover(
-            lambda n, k=k, m=m: (
-                linear(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize).intensity
-            ),
-            roof.peak_flops_per_s,
-            roof.bandwidth_bytes_per_s,
-            variable="n",
-        )
+
+        def intensity(n: Any, k: int = k, m: int = m) -> Any:
+            return linear(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize).intensity
+
+        c = crossover(intensity, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
         out.append(GemmCrossover(name, k, m, None if c.s_min is None else int(c.s_min), c.exact))
     return out
 

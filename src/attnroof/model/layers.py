@@ -15,6 +15,7 @@ GEMM's epilogue: one more read and one FLOP per output element on the same kerne
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from attnroof.cost import Access, Cost, Stage
 from attnroof.model.config import ModelConfig
@@ -81,7 +82,7 @@ def attention_cost(
 ) -> Cost:
     """One layer's attention, all heads and sequences: the core's ``attention`` (prefill, causal)
     or ``decode`` with ``kv_heads`` and ``group = heads / kv_heads``."""
-    kw = dict(
+    kw: dict[str, Any] = dict(
         fused=fused,
         group=model.group,
         itemsize=prec.itemsize,
