@@ -5,6 +5,7 @@ numpy arrays and an expression for sympy symbols. Nothing here imports numpy or 
 """
 
 from attnroof.ops.attention import attention, decode
+from attnroof.ops.elementwise import activation, add, copy, norm  # noqa: F401 (re-exported)
 from attnroof.ops.linear import linear
 from attnroof.ops.matmul import FLOPS_PER_MAC, matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT, softmax_flops

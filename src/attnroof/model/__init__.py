@@ -1,0 +1,23 @@
+"""Whole-model analysis: a decoder-only transformer's prefill and decode, operator by operator."""
+
+from attnroof.model.config import (
+    ModelConfig,
+    ModelConfigError,
+    UnknownModel,
+    builtin,
+    builtin_names,
+    from_hf,
+    get_model,
+    load_config_file,
+)
+
+__all__ = [
+    "ModelConfig",
+    "ModelConfigError",
+    "UnknownModel",
+    "builtin",
+    "builtin_names",
+    "from_hf",
+    "get_model",
+    "load_config_file",
+]

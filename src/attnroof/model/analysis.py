@@ -1,0 +1,175 @@
+"""A model's prefill or decode step on a device: every operator placed on the roofline, then
+summed.
+
+An operator of several kernels (unfused attention: Q·Kᵀ, softmax, P·V) is timed kernel by
+kernel, since one kernel finishes before the next starts:
+
+    time bound of an op   = Σ over its kernels of max(F/P, bytes/B)
+    time bound of a step  = Σ over ops of count × time bound
+    memory-bound share    = the part of that sum spent in kernels whose limiter is memory
+    decode tokens/s       ≤ batch / step time;   prefill time to first token ≥ step time
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import DECODE, PREFILL, Op, Precision, cached_tokens, model_ops
+from attnroof.model.memory import Memory, memory
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+from attnroof.roofline import COMPUTE, MEMORY, Roof, place
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    """One operator placed on the roof; figures are for a single run, ``count`` runs per step."""
+
+    name: str
+    count: int
+    flops: float
+    bytes: float
+    time_s: float
+    memory_time_s: float
+    """The part of ``time_s`` spent in memory-limited kernels."""
+    attention: bool
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+    @property
+    def limiter(self) -> str:
+        return MEMORY if self.memory_time_s * 2 >= self.time_s else COMPUTE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "count": self.count,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "intensity": self.intensity,
+            "time_s": self.time_s,
+            "limiter": self.limiter,
+            "total_time_s": self.count * self.time_s,
+        }
+
+
+def place_op(op: Op, roof: Roof) -> OpResult:
+    """Place each kernel of ``op`` on ``roof`` and add their time bounds."""
+    time = mem_time = 0.0
+    for stage in op.cost:
+        p = place((stage.flops, stage.bytes), roof)
+        time += p.time_s
+        mem_time += p.time_s if p.limiter == MEMORY else 0.0
+    flops, nbytes = float(op.cost.flops), float(op.cost.bytes)
+    return OpResult(op.name, op.count, flops, nbytes, time, mem_time, op.attention)
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """One step, summed over operators (SI: FLOPs, bytes, seconds)."""
+
+    flops: float
+    bytes: float
+    time_s: float
+    memory_bound_share: float
+    attention_share: float
+    tokens_per_s: float | None
+    """Decode: upper bound on generated tokens per second, batch / step time."""
+    ttft_s: float | None
+    """Prefill: lower bound on the time to first token."""
+
+    @property
+    def limiter(self) -> str:
+        return MEMORY if self.memory_bound_share >= 0.5 else COMPUTE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "intensity": self.flops / self.bytes,
+            "time_s": self.time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "ttft_s": self.ttft_s,
+            "attention_share": self.attention_share,
+            "memory_bound_share": self.memory_bound_share,
+            "limiter": self.limiter,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnalysis:
+    model: ModelConfig
+    phase: str
+    batch: int
+    context: int
+    fused: bool
+    roof: Roof
+    ops: tuple[OpResult, ...]
+    totals: Totals
+    memory: Memory
+    notes: tuple[str, ...] = field(default=())
+
+    def op(self, name: str) -> OpResult:
+        return next(o for o in self.ops if o.name == name)
+
+
+def analyse(
+    model: ModelConfig,
+    phase: str,
+    batch: int,
+    context: int,
+    roof: Roof,
+    prec: Precision | None = None,
+    *,
+    capacity_bytes: float | None = None,
+    fused: bool = True,
+    softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
+) -> ModelAnalysis:
+    """Place every operator of one ``phase`` step of ``model`` on ``roof`` and add them up.
+
+    >>> from attnroof.model.config import builtin
+    >>> a = analyse(builtin("llama-3.1-8b"), "decode", 1, 8192, Roof(989e12, 4.8e12))
+    >>> round(a.totals.time_s * 1e3, 2), round(a.totals.tokens_per_s)
+    (3.35, 298)
+
+    That is (15.0 GB of weights read, the untied embedding table only gathered, + 1.07 GB of
+    KV cache) / 4.8 TB/s.
+    """
+    p = prec or Precision()
+    ops = model_ops(
+        model, phase, batch, context, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element
+    )
+    results = tuple(place_op(op, roof) for op in ops)
+    time = sum(r.count * r.time_s for r in results)
+    totals = Totals(
+        flops=sum(r.count * r.flops for r in results),
+        bytes=sum(r.count * r.bytes for r in results),
+        time_s=time,
+        memory_bound_share=sum(r.count * r.memory_time_s for r in results) / time,
+        attention_share=sum(r.count * r.time_s for r in results if r.attention) / time,
+        tokens_per_s=batch / time if phase == DECODE else None,
+        ttft_s=time if phase == PREFILL else None,
+    )
+    mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused)
+    notes = _notes(model, phase, context)
+    return ModelAnalysis(model, phase, batch, context, fused, roof, results, totals, mem, notes)
+
+
+def _notes(model: ModelConfig, phase: str, context: int) -> tuple[str, ...]:
+    notes = []
+    w = model.sliding_window
+    if w is not None and context > w:
+        if phase == DECODE:
+            kept = cached_tokens(model, context)
+            notes.append(f"sliding window {w}: each new token reads the last {kept} tokens' K and V")
+        else:
+            notes.append(
+                f"sliding window {w}: prefill attention is counted over the whole causal prompt "
+                "(an upper bound; the core formula has no window)"
+            )
+    if model.max_positions is not None and context > model.max_positions:
+        notes.append(f"context {context} exceeds the model's {model.max_positions} positions")
+    return tuple(notes)

@@ -1,0 +1,330 @@
+"""A decoder-only transformer as a Hugging Face ``config.json`` describes it.
+
+Read from a local file (nothing is downloaded) or from the packaged configs under
+``model/configs/`` by name. Two key families are understood: the Llama one (``hidden_size``,
+``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
+``intermediate_size``: Llama, Mistral, Qwen2 and most recent models) and GPT-2's (``n_embd``,
+``n_layer``, ``n_head``, ``n_inner``, ``n_positions``).
+
+What a config does not say is filled in the way ``transformers`` fills it, and named here:
+KV heads default to the query heads (plain multi-head attention); ``head_dim`` to
+hidden / heads; GPT-2's ``n_inner`` to 4 × hidden; word embeddings are tied for GPT-2 and
+untied otherwise; the norm is RMSNorm when the config has ``rms_norm_eps``, else LayerNorm.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from attnroof.errors import InputError
+
+
+class ModelConfigError(InputError):
+    """A model config that is unreadable, malformed, or has impossible values."""
+
+
+class UnknownModel(InputError, LookupError):
+    """No built-in model of that name."""
+
+
+GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"})
+"""Model types whose MLP is gated (SwiGLU/GeGLU): gate and up projections, then down."""
+GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+"""Without a known model type, a SiLU activation means a gated MLP (every SiLU LLM uses SwiGLU)."""
+GPT2_INNER_FACTOR = 4
+"""GPT-2's MLP width when ``n_inner`` is null: 4 × hidden (``GPT2MLP`` in transformers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The shapes that decide a transformer's FLOPs and bytes. Counts, not bytes: dtypes are
+    chosen at analysis time.
+
+    >>> m = builtin("llama-3.1-8b")
+    >>> m.group, m.kv_heads * m.head_dim        # 32 query heads on 8 KV heads; KV width 1024
+    (4, 1024)
+    """
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    gated: bool = True
+    norm: str = "rms"
+    """"rms" (RMSNorm: a scale) or "layer" (LayerNorm: a scale and a shift)."""
+    tied: bool = False
+    """The LM head reuses the token-embedding matrix."""
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    learned_positions: int = 0
+    """Rows of a learned position-embedding table (GPT-2: 1024); 0 for rotary models."""
+    sliding_window: int | None = None
+    max_positions: int | None = None
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head: 1 for multi-head, heads for multi-query attention."""
+        return self.heads // self.kv_heads
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm: the scale, plus LayerNorm's shift."""
+        return self.hidden * (2 if self.norm == "layer" else 1)
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer block."""
+        h, q, kv, i = self.hidden, self.q_width, self.kv_width, self.intermediate
+        attn = h * (q + 2 * kv) + q * h
+        attn += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
+        mlp_in = 2 * i if self.gated else i
+        mlp = h * mlp_in + i * h + (mlp_in + h) * self.mlp_bias
+        return attn + mlp + 2 * self.norm_params
+
+    def embedding_params(self) -> int:
+        """Token embedding (plus learned positions, if any)."""
+        return self.vocab * self.hidden + self.learned_positions * self.hidden
+
+    def lm_head_params(self) -> int:
+        """The output projection's own parameters: none when tied to the embedding."""
+        return 0 if self.tied else self.vocab * self.hidden
+
+    def params(self) -> int:
+        """All parameters.
+
+        >>> builtin("llama-3.1-8b").params()      # the published 8.03 B
+        8030261248
+        """
+        return (
+            self.layers * self.layer_params()
+            + self.embedding_params()
+            + self.lm_head_params()
+            + self.norm_params  # the final norm
+        )
+
+    def streamed_params(self) -> int:
+        """Parameters a forward step reads whole: all but the tables it only gathers rows of
+        (the token embedding, unless the LM head shares it, and learned positions).
+
+        >>> builtin("llama-3.1-8b").streamed_params()   # 8.03 B less the 128256 × 4096 embedding
+        7504924672
+        """
+        gathered = self.learned_positions * self.hidden + (0 if self.tied else self.vocab * self.hidden)
+        return self.params() - gathered
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "hidden_size": self.hidden,
+            "layers": self.layers,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate,
+            "vocab_size": self.vocab,
+            "gated_mlp": self.gated,
+            "norm": self.norm,
+            "tied_embeddings": self.tied,
+            "sliding_window": self.sliding_window,
+            "max_positions": self.max_positions,
+            "params": self.params(),
+        }
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _int(cfg: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
+    """A positive integer field; ``default`` when absent or null (missing and required: error)."""
+    value = cfg.get(key)
+    if value is None:
+        if default is ...:
+            raise ModelConfigError(f"{where}: missing required field {key!r}")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ModelConfigError(f"{where}: {key} = {value!r} is not an integer")
+    if value <= 0:
+        raise ModelConfigError(f"{where}: {key} = {value!r} must be positive")
+    return int(value)
+
+
+def _bool(cfg: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ModelConfigError(f"{where}: {key} = {value!r} is not true or false")
+    return value
+
+
+def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> ModelConfig:
+    """A :class:`ModelConfig` from the dictionary of a Hugging Face ``config.json``.
+
+    >>> gpt2 = {"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
+    >>> from_hf(gpt2).params()              # GPT-2 small: the published 124 M
+    124439808
+    """
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError(f"{where}: a config must be a JSON object, not {type(cfg).__name__}")
+    model_type = str(cfg.get("model_type") or "").lower()
+    gpt2 = model_type == "gpt2" or "n_embd" in cfg
+    k = (
+        {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "inner": "n_inner", "pos": "n_positions"}
+        if gpt2
+        else {
+            "hidden": "hidden_size",
+            "layers": "num_hidden_layers",
+            "heads": "num_attention_heads",
+            "inner": "intermediate_size",
+            "pos": "max_position_embeddings",
+        }
+    )
+    hidden = _int(cfg, k["hidden"], where)
+    layers = _int(cfg, k["layers"], where)
+    heads = _int(cfg, k["heads"], where)
+    kv_heads = _int(cfg, "num_key_value_heads", where, heads)
+    head_dim = _int(cfg, "head_dim", where, None)
+    if head_dim is None:
+        if hidden % heads:
+            raise ModelConfigError(
+                f"{where}: {k['heads']} = {heads} does not divide {k['hidden']} = {hidden} "
+                "(and there is no head_dim)"
+            )
+        head_dim = hidden // heads
+    if heads % kv_heads:
+        raise ModelConfigError(
+            f"{where}: num_key_value_heads = {kv_heads} does not divide {k['heads']} = {heads}"
+        )
+    vocab = _int(cfg, "vocab_size", where)
+    max_positions = _int(cfg, k["pos"], where, None)
+    if gpt2:
+        intermediate = _int(cfg, k["inner"], where, GPT2_INNER_FACTOR * hidden)
+        gated, norm, tied = False, "layer", _bool(cfg, "tie_word_embeddings", where, True)
+        qkv_bias = o_bias = mlp_bias = True
+        learned = max_positions or 0
+    else:
+        intermediate = _int(cfg, k["inner"], where)
+        act = str(cfg.get("hidden_act") or cfg.get("hidden_activation") or "").lower()
+        gated = model_type in GATED_MODEL_TYPES or (not model_type and act in GATED_ACTIVATIONS)
+        norm = "rms" if "rms_norm_eps" in cfg else "layer"
+        tied = _bool(cfg, "tie_word_embeddings", where, False)
+        bias = _bool(cfg, "attention_bias", where, False)
+        qwen2 = model_type == "qwen2"  # Qwen2 has q/k/v biases and none on o_proj, whatever the config says
+        qkv_bias, o_bias = (True, False) if qwen2 else (bias, bias)
+        mlp_bias = _bool(cfg, "mlp_bias", where, False)
+        learned = 0
+    gated = _bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
+    window = None
+    if _bool(cfg, "use_sliding_window", where, True):
+        window = _int(cfg, "sliding_window", where, None)
+    return ModelConfig(
+        name=name or str(cfg.get("_name_or_path") or model_type or "model"),
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        gated=gated,
+        norm=norm,
+        tied=tied,
+        qkv_bias=qkv_bias,
+        o_bias=o_bias,
+        mlp_bias=mlp_bias,
+        learned_positions=learned,
+        sliding_window=window,
+        max_positions=max_positions,
+    )
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config_file(path: str | os.PathLike[str]) -> ModelConfig:
+    """Read a local ``config.json``; :class:`ModelConfigError` if unreadable or malformed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise ModelConfigError(f"cannot read model config {str(p)!r}: {reason}") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ModelConfigError(f"{p}: not valid JSON: {e}") from None
+    default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
+    name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    return from_hf(cfg, str(name or default), str(p))
+
+
+def _key(name: str) -> str:
+    """Lookup key: case-insensitive, blind to spaces, dashes, underscores and dots."""
+    return re.sub(r"[\s_\-.]+", "", name.lower())
+
+
+def builtin_names() -> list[str]:
+    """Names of the packaged models, sorted: ``gpt2``, ``llama-3.1-70b``, ..."""
+    folder = resources.files("attnroof.model").joinpath("configs")
+    return sorted(f.name.removesuffix(".json") for f in folder.iterdir() if f.name.endswith(".json"))
+
+
+def _builtin_raw(name: str) -> dict[str, Any]:
+    path = resources.files("attnroof.model").joinpath("configs", name + ".json")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def builtin(name: str) -> ModelConfig:
+    """A packaged model by name (case-insensitive; also its Hugging Face id, e.g.
+    ``meta-llama/Llama-3.1-8B``)."""
+    wanted = _key(name.strip())
+    labels: dict[str, str] = {}
+    for n in builtin_names():
+        labels[_key(n)] = n
+        hf_id = str(_builtin_raw(n).get("_name_or_path") or "")
+        if hf_id:
+            labels[_key(hf_id)] = n
+            labels[_key(hf_id.rsplit("/", 1)[-1])] = n
+    if wanted in labels:
+        n = labels[wanted]
+        return from_hf(_builtin_raw(n), n, f"built-in {n}")
+    close = difflib.get_close_matches(wanted, list(labels), n=3, cutoff=0.5)
+    hint = ""
+    if close:
+        hint = "; did you mean " + ", ".join(dict.fromkeys(labels[c] for c in close)) + "?"
+    raise UnknownModel(
+        f"unknown model {name!r}{hint} (list them with 'attnroof model --list', or pass a config.json path)"
+    )
+
+
+def get_model(name_or_path: str) -> ModelConfig:
+    """A built-in model by name, or the model of a local ``config.json``."""
+    text = name_or_path.strip()
+    if not text:
+        raise UnknownModel("empty model name (list them with 'attnroof model --list')")
+    path = Path(text)
+    if path.is_dir() and (path / "config.json").is_file():
+        return load_config_file(path / "config.json")
+    if text.endswith(".json") or path.is_file():
+        return load_config_file(path)
+    return builtin(text)

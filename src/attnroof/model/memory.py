@@ -1,0 +1,156 @@
+"""Device memory of a model at a batch and context: weights, KV cache, activations.
+
+    weights      = parameters × weight itemsize
+    KV per token = layers × 2 (K and V) × kv_heads × head_dim × KV itemsize
+    KV cache     = KV per token × batch × cached tokens (context, or the sliding window)
+    activations  = one layer's live tensors: the residual stream plus the largest transient
+                   (QKV output, MLP intermediate, the last tokens' logits, or, unfused, the
+                   score matrices of all heads)
+
+Weights are paid once; everything else grows in proportion to the batch, so the largest batch
+that fits is a division.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.footprint import score_matrix_bytes
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import PREFILL, Precision, cached_tokens
+
+MAX_SEARCH_CONTEXT = 2**40
+"""Contexts searched for the largest that fits; beyond it (only with a sliding window and fused
+attention does memory stop growing with context) the context is reported as unbounded."""
+
+
+def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float) -> float:
+    """Bytes of K and V that one token adds to the cache, over all layers.
+
+    >>> from attnroof.model.config import builtin
+    >>> kv_cache_bytes_per_token(builtin("llama-3.1-8b"), 2)     # 32 × 2 × 8 × 128 × 2
+    131072
+    """
+    return model.layers * 2 * model.kv_width * kv_itemsize
+
+
+def activation_bytes(
+    model: ModelConfig, phase: str, batch: int, context: int, prec: Precision, *, fused: bool
+) -> float:
+    """Peak live activation bytes of one layer (layers run one after another and free their
+    transients). Unfused prefill materialises ``batch × heads`` score matrices of context²."""
+    m = model
+    prefill = phase == PREFILL
+    n = batch * context if prefill else batch
+    widest = max(
+        n * (m.q_width + 2 * m.kv_width),
+        n * (2 * m.intermediate if m.gated else m.intermediate),
+        batch * m.vocab,
+    )
+    scores = 0.0
+    if not fused:
+        per_head = score_matrix_bytes(context, 1) if prefill else cached_tokens(m, context)
+        scores = batch * m.heads * per_head
+    return (n * m.hidden + max(widest, scores)) * prec.itemsize
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Bytes on the device, and whether they fit. SI units (bytes)."""
+
+    weights_bytes: float
+    weights_read_bytes: float
+    """The weights one step streams whole: all but the gathered embedding tables."""
+    kv_cache_bytes_per_token: float
+    kv_cache_bytes_per_sequence: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    capacity_bytes: float | None
+    fits: bool | None
+    max_batch: int | None
+    """Largest batch whose weights, caches and activations fit at this context (0: not even
+    the weights fit)."""
+    max_context: int | None
+    """Largest context that fits at this batch; None when unknown (no capacity) or unbounded."""
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "weights_bytes": self.weights_bytes,
+            "weights_read_bytes": self.weights_read_bytes,
+            "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+            "kv_cache_bytes_per_sequence": self.kv_cache_bytes_per_sequence,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "activation_bytes": self.activation_bytes,
+            "total_bytes": self.total_bytes,
+            "capacity_bytes": self.capacity_bytes,
+            "fits": self.fits,
+            "max_batch": self.max_batch,
+            "max_context": self.max_context,
+        }
+
+
+def memory(
+    model: ModelConfig,
+    phase: str,
+    batch: int,
+    context: int,
+    prec: Precision,
+    capacity_bytes: float | None,
+    *,
+    fused: bool = True,
+) -> Memory:
+    """Weights, KV cache and activations of ``batch`` sequences at ``context`` tokens.
+
+    >>> from attnroof.model.config import builtin
+    >>> mem = memory(builtin("llama-3.1-8b"), "decode", 1, 8192, Precision(), 141e9)
+    >>> mem.kv_cache_bytes, mem.max_batch                     # 131072 B × 8192 tokens = 1 GiB
+    (1073741824, 116)
+    """
+    per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize)
+    weights = model.params() * prec.weight_itemsize
+
+    def used(b: int, c: int) -> float:
+        kv = per_token * b * cached_tokens(model, c)
+        return weights + kv + activation_bytes(model, phase, b, c, prec, fused=fused)
+
+    per_seq = per_token * cached_tokens(model, context)
+    act = activation_bytes(model, phase, batch, context, prec, fused=fused)
+    if capacity_bytes is None:
+        fits, max_batch, max_context = None, None, None
+    else:
+        total = used(batch, context)
+        fits = total <= capacity_bytes
+        per_batch = used(1, context) - weights  # everything but the weights grows with the batch
+        max_batch = max(0, int((capacity_bytes - weights) // per_batch))
+        max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
+    return Memory(
+        weights_bytes=weights,
+        weights_read_bytes=model.streamed_params() * prec.weight_itemsize,
+        kv_cache_bytes_per_token=per_token,
+        kv_cache_bytes_per_sequence=per_seq,
+        kv_cache_bytes=per_seq * batch,
+        activation_bytes=act,
+        capacity_bytes=capacity_bytes,
+        fits=fits,
+        max_batch=max_batch,
+        max_context=max_context,
+    )
+
+
+def _largest(ok: Any) -> int | None:
+    """The largest c ≥ 0 with ``ok(c)`` for a predicate that holds up to some c and not after
+    (0 when not even one token fits; None when it holds up to :data:`MAX_SEARCH_CONTEXT`)."""
+    if ok(MAX_SEARCH_CONTEXT):
+        return None
+    if not ok(1):
+        return 0
+    lo, hi = 1, MAX_SEARCH_CONTEXT
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo

@@ -1,0 +1,117 @@
+"""Element-wise operators of a transformer layer: norms, residual adds, MLP activations, copies.
+
+Each is one kernel that reads its inputs once and writes its output once, so its intensity is a
+few FLOP per several bytes: always far below any ridge. They matter at model scale only because
+they run on every token of every layer.
+"""
+
+from __future__ import annotations
+
+from attnroof.cost import Access, Cost, Num, Stage
+
+RMSNORM_FLOPS_PER_ELEMENT = 4
+"""x², the running sum, x·rsqrt(mean), times the scale: four operations per element (the one
+rsqrt per row is negligible beside them)."""
+
+LAYERNORM_FLOPS_PER_ELEMENT = 7
+"""Sum for the mean, x − mean, its square, the sum of squares, times rsqrt(var), times the
+scale, plus the shift: seven per element."""
+
+ADD_FLOPS_PER_ELEMENT = 1
+"""A residual add: one addition per element."""
+
+SILU_FLOPS_PER_ELEMENT = 4
+"""x·σ(x) = x / (1 + exp(−x)): negate-exp, add, divide, multiply (exp counted as one)."""
+
+GATE_FLOPS_PER_ELEMENT = 1
+"""The gated MLP's silu(gate)·up: one multiply per element."""
+
+GELU_FLOPS_PER_ELEMENT = 8
+"""GPT-2's tanh GELU, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): x³ (2), ·0.044715, +x,
+·√(2/π), tanh, +1, ·0.5x — eight, with tanh counted as one."""
+
+
+def _one(name: str, flops: Num, reads: tuple[Access, ...], writes: tuple[Access, ...]) -> Cost:
+    return Cost((Stage(name, flops, reads, writes),))
+
+
+def norm(
+    n: Num,
+    h: Num,
+    *,
+    itemsize: Num = 2,
+    weight_itemsize: Num | None = None,
+    kind: str = "rms",
+    name: str = "norm",
+) -> Cost:
+    """RMSNorm (``kind="rms"``) or LayerNorm (``"layer"``) of ``n`` tokens of width ``h``.
+
+    Reads the activations and the scale (and LayerNorm's shift), writes the normalised tokens.
+
+    >>> c = norm(1, 4096)                   # one token, Llama-3.1-8B width, bf16
+    >>> c.flops, c.bytes                    # 4·4096 FLOPs; 2·(4096 + 4096 + 4096) bytes
+    (16384, 24576)
+    """
+    w_item = itemsize if weight_itemsize is None else weight_itemsize
+    if kind == "rms":
+        per, params = RMSNORM_FLOPS_PER_ELEMENT, h
+    elif kind == "layer":
+        per, params = LAYERNORM_FLOPS_PER_ELEMENT, 2 * h
+    else:
+        raise ValueError(f"unknown norm kind {kind!r}; known: rms, layer")
+    return _one(
+        name,
+        per * n * h,
+        (Access("X", n * h * itemsize), Access("scale", params * w_item)),
+        (Access("Y", n * h * itemsize),),
+    )
+
+
+def add(n: Num, h: Num, *, itemsize: Num = 2, name: str = "residual add") -> Cost:
+    """Residual add of two ``n × h`` tensors: reads both, writes the sum.
+
+    >>> add(1, 4096).bytes                  # 3 × 4096 × 2 bytes
+    24576
+    """
+    return _one(
+        name,
+        ADD_FLOPS_PER_ELEMENT * n * h,
+        (Access("X", n * h * itemsize), Access("residual", n * h * itemsize)),
+        (Access("Y", n * h * itemsize),),
+    )
+
+
+def activation(n: Num, width: Num, *, gated: bool, itemsize: Num = 2, name: str = "activation") -> Cost:
+    """The MLP's activation on ``n`` tokens of ``width`` (the intermediate size).
+
+    Gated (SwiGLU, Llama/Mistral/Qwen): reads gate and up (2·width), writes silu(gate)·up.
+    Plain (GPT-2): reads width, writes GELU of it.
+
+    >>> activation(1, 14336, gated=True).flops      # (4 + 1) × 14336
+    71680
+    """
+    if gated:
+        per = SILU_FLOPS_PER_ELEMENT + GATE_FLOPS_PER_ELEMENT
+        reads: tuple[Access, ...] = (Access("gate", n * width * itemsize), Access("up", n * width * itemsize))
+    else:
+        per = GELU_FLOPS_PER_ELEMENT
+        reads = (Access("X", n * width * itemsize),)
+    return _one(name, per * n * width, reads, (Access("Y", n * width * itemsize),))
+
+
+def copy(
+    elements: Num,
+    *,
+    read_itemsize: Num = 2,
+    write_itemsize: Num | None = None,
+    name: str = "copy",
+    tensor: str = "X",
+) -> Cost:
+    """Move ``elements`` from one buffer to another, casting from ``read_itemsize`` to
+    ``write_itemsize`` bytes (a KV-cache append, an embedding gather). No FLOPs.
+
+    >>> copy(2 * 8 * 128, write_itemsize=1).bytes   # new K and V of 8 heads, bf16 → fp8
+    6144
+    """
+    w_item = read_itemsize if write_itemsize is None else write_itemsize
+    return _one(name, 0, (Access(tensor, elements * read_itemsize),), (Access(tensor, elements * w_item),))
