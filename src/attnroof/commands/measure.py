@@ -250,7 +250,7 @@ def _ceilings_run(args: argparse.Namespace) -> int:
         rows.append(
             {
                 "what": what,
-                "dtype": dt if matmul else "—",
+                "dtype": dt if matmul else None,
                 "size": case_label(r).split(" ", 1)[1],
                 "measured": value,
                 "catalog": cat,

@@ -114,8 +114,8 @@ def roof_check(records: Iterable[Mapping[str, Any]]) -> str:
     timed = sum(1 for r in records if r.get("efficiency") is not None)
     if not bad:
         limit = IMPOSSIBLE_TOLERANCE
-        return f"roof check: all {timed} placed points lie on or under the measured roof (efficiency ≤ {limit:g})"
-    lines = [f"{IMPOSSIBLE_TEXT}: {len(bad)} of {timed} points"]
+        return f"roof check: all {timed} placed points lie under the measured roof (efficiency ≤ {limit:g})"
+    lines = [f"roof check: {IMPOSSIBLE_TEXT}: {len(bad)} of {timed} points"]
     lines += [f"  {IMPOSSIBLE_TEXT}: {r['key']} efficiency {r['efficiency']:.2f}" for r in bad]
     return "\n".join(lines)
 

@@ -92,7 +92,7 @@ def ceilings_table(rows: Iterable[Mapping[str, Any]]) -> str:
         body.append(
             [
                 r["what"],
-                r["dtype"],
+                r["dtype"] or "—",
                 r["size"],
                 unit(r["measured"]),
                 unit(cat) if cat else "—",
