@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,42 @@ def test_attach_ratio_to_model_bytes():
     attach(recs, {"a": res})
     assert recs[0]["ncu_bytes"] == res.bytes and recs[0]["ncu_ratio"] == pytest.approx(2.0)
     assert recs[1]["ncu_bytes"] is None
+
+
+def test_profile_runs_ncu_and_maps_marked_cases_to_keys(tmp_path, monkeypatch):
+    """A stand-in ``ncu`` on PATH: it checks the command line, marks the one case done the way the
+    child does, and prints the sample report."""
+    from attnroof.measure import ncu
+    from attnroof.measure.kernels import linear_case
+
+    fake = tmp_path / "ncu"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        "args = sys.argv[1:]\n"
+        "assert args[args.index('--metrics') + 1] == "
+        "'dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum', args\n"
+        "assert '--csv' in args and args[args.index('--clock-control') + 1] == 'none', args\n"
+        "assert args[-4:-2] == ['-m', 'attnroof.measure.ncu'], args\n"
+        "cases = json.load(open(args[-2]))\n"
+        "c = cases[0]\n"
+        "key = '{kind}/{impl}/{dtype}/'.format(**c) + ','.join(f'{k}={v}' for k, v in c['shape'].items())\n"
+        "json.dump([[key, True]], open(args[-1], 'w'))\n"
+        f"sys.stdout.write(open({str(SAMPLE)!r}).read())\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    case = linear_case(16, 64, 64)
+    results = ncu.profile([case], timeout_s=60)
+    assert list(results) == [case.key]
+    assert results[case.key].bytes == (34_391_552 + 536_887_552 + 556_054_016) + (
+        507_348_992 + 516_424_704 + 8_956_672
+    )
+
+
+def test_profile_without_ncu_says_so(monkeypatch, tmp_path):
+    from attnroof.measure import ncu
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(NcuError, match="not on PATH"):
+        ncu.profile([])

@@ -153,6 +153,15 @@ def _validate(args: argparse.Namespace) -> tuple[str, Device | None, Device | No
     return dt, catalog, ceilings
 
 
+def _saved_ceilings(path: str) -> list[dict[str, Any]]:
+    """The ceiling records kept in a ceilings file (none if it has none)."""
+    import json
+    from pathlib import Path
+
+    records = json.loads(Path(path).read_text(encoding="utf-8")).get("ceilings", [])
+    return [r for r in records if isinstance(r, dict) and "key" in r]
+
+
 def _torch_device(args: argparse.Namespace) -> Any:
     from attnroof.measure.env import local_device
 
@@ -339,6 +348,7 @@ def _suite_run(args: argparse.Namespace) -> int:
         dt=dt,
         catalog=catalog,
         ceilings=given,
+        ceiling_records=_saved_ceilings(args.ceilings) if args.ceilings else (),
         cases=cases,
         progress=None if args.json else progress,
     )

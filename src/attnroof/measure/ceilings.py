@@ -140,17 +140,26 @@ def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> lis
 
 
 class _tf32:
-    """Allow (or forbid) tf32 matmuls inside the block; fp32 ceilings are true fp32."""
+    """Allow (or forbid) tf32 matmuls inside the block, so that fp32 ceilings are true fp32.
+    Uses ``fp32_precision`` where torch has it (≥ 2.9), else ``allow_tf32``."""
 
     def __init__(self, torch: Any, on: bool) -> None:
-        self.torch, self.on = torch, on
+        self.matmul, self.on = torch.backends.cuda.matmul, on
+        self.new_api = hasattr(self.matmul, "fp32_precision")
 
     def __enter__(self) -> None:
-        self.saved = self.torch.backends.cuda.matmul.allow_tf32
-        self.torch.backends.cuda.matmul.allow_tf32 = self.on
+        if self.new_api:
+            self.saved = self.matmul.fp32_precision
+            self.matmul.fp32_precision = "tf32" if self.on else "ieee"
+        else:
+            self.saved = self.matmul.allow_tf32
+            self.matmul.allow_tf32 = self.on
 
     def __exit__(self, *exc: object) -> None:
-        self.torch.backends.cuda.matmul.allow_tf32 = self.saved
+        if self.new_api:
+            self.matmul.fp32_precision = self.saved
+        else:
+            self.matmul.allow_tf32 = self.saved
 
 
 def best(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:

@@ -32,6 +32,7 @@ MARKER = re.compile(r"spin|sleep", re.IGNORECASE)
 """A kernel whose name matches this separates cases (``cuda::<unnamed>::spin_kernel(long)``)."""
 MARKER_CYCLES = 1000
 NCU_TIMEOUT_S = 240.0
+"""Longest ncu run (s); ``$ATTNROOF_NCU_TIMEOUT_S`` overrides it (benchmarks/gpu_check.sh: 130)."""
 
 UNITS = {
     "byte": 1.0, "bytes": 1.0, "b": 1.0,
@@ -129,8 +130,10 @@ def ncu_path() -> str | None:
     return shutil.which("ncu")
 
 
-def profile(cases: Sequence[Any], *, timeout_s: float = NCU_TIMEOUT_S) -> dict[str, NcuResult]:
+def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str, NcuResult]:
     """Run ``cases`` (:class:`~attnroof.measure.kernels.Case`) under ncu; results by case key."""
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("ATTNROOF_NCU_TIMEOUT_S") or NCU_TIMEOUT_S)
     exe = ncu_path()
     if exe is None:
         raise NcuError("ncu is not on PATH")

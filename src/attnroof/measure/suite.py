@@ -111,12 +111,14 @@ def run_suite(
     dt: str = "bf16",
     catalog: Device | None = None,
     ceilings: Device | None = None,
+    ceiling_records: Sequence[dict[str, Any]] = (),
     cases: Sequence[Case] | None = None,
     memory_limit_bytes: float | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[list[dict[str, Any]], Device]:
     """Run the campaign into ``results`` (skipping keys already there) and return all its
-    records and the measured device. ``ceilings`` (a device) replaces measuring them."""
+    records and the measured device. ``ceilings`` (a device, e.g. from a ceilings file) replaces
+    measuring them; its ``ceiling_records`` are copied into the results."""
     done = results.done
 
     def emit(rec: dict[str, Any]) -> None:
@@ -134,6 +136,10 @@ def run_suite(
                 emit(rec)
         else:
             ceilings = measured_device(kept, dev)
+    else:
+        for rec in ceiling_records:
+            if rec.get("key") not in done:
+                emit(place_record(dict(rec), ceilings, catalog))
     todo = plan_cases(dev.device.type, quick=quick, dt=dt) if cases is None else list(cases)
     budget = QUICK if quick else FULL
     for case in todo:
