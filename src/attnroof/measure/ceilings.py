@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def measure_ceilings(
 
 def _bandwidth(dev: TorchDevice) -> list[dict[str, Any]]:
     torch = dev.torch
-    size = GPU_BUFFER_BYTES if dev.is_cuda else CPU_BUFFER_BYTES
+    size: float = GPU_BUFFER_BYTES if dev.is_cuda else CPU_BUFFER_BYTES
     while 2 * size > dev.memory_limit_bytes and size > 16 * MiB:
         size /= 2
     n = int(size) // FP32_BYTES
@@ -123,7 +124,7 @@ def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> lis
             try:
                 with _tf32(torch, dt == "tf32"):
                     a, b = (torch.randn(n, n, device=dev.device, dtype=tdtype) for _ in range(2))
-                    t = time_kernel(lambda a=a, b=b: a @ b, dev, MATMUL_BUDGET, flush=False)
+                    t = time_kernel(partial(torch.matmul, a, b), dev, MATMUL_BUDGET, flush=False)
             except Exception as e:
                 if not is_out_of_memory(e):
                     raise

@@ -192,7 +192,7 @@ def _child(cases_path: str, done_path: str) -> int:
 
     dev = local_device()
     torch = dev.torch
-    done: list[str] = []
+    done: list[list[Any]] = []  # [key, whether the marked run succeeded]
     for spec in json.loads(Path(cases_path).read_text()):
         case = Case(spec["kind"], spec["impl"], spec["shape"], spec["dtype"])
         try:
@@ -214,7 +214,7 @@ def _child(cases_path: str, done_path: str) -> int:
             torch.cuda._sleep(MARKER_CYCLES)
             dev.sync()
         done.append([case.key, ok])
-        prepared = None
+        del prepared
         dev.free_memory()
     Path(done_path).write_text(json.dumps(done))
     return 0
