@@ -272,6 +272,24 @@ def load_device_file(path: str | os.PathLike[str]) -> list[Device]:
     return parse_devices(text, str(p))
 
 
+def load_ceilings_file(path: str | os.PathLike[str]) -> Device:
+    """The device in a ceilings file written by ``attnroof measure ceilings -o FILE.json``: its
+    ``"device"`` object holds the same fields as a catalog record (measured figures, SI units)."""
+    import json
+
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise DeviceFileError(f"cannot read ceilings file {str(p)!r}: {reason}") from None
+    except json.JSONDecodeError as e:
+        raise DeviceFileError(f"{p}: not valid JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("device"), dict):
+        raise DeviceFileError(f"{p}: no 'device' object (write one: attnroof measure ceilings -o FILE.json)")
+    return device_from_record(doc["device"], str(p))
+
+
 def _key(name: str) -> str:
     """Lookup key: case-insensitive, blind to spaces, dashes, underscores and dots."""
     return re.sub(r"[\s_\-.]+", "", name.lower())
@@ -336,8 +354,11 @@ def catalog(env: Mapping[str, str] | None = None) -> list[Device]:
 
 
 def get_device(name_or_path: str, env: Mapping[str, str] | None = None) -> Device:
-    """A device by catalog name or alias, or the single device in a TOML file at that path."""
+    """A device by catalog name or alias, the single device in a TOML file at that path, or the
+    measured device of a ceilings file (``*.json``)."""
     text = name_or_path.strip()
+    if text.endswith(".json"):
+        return load_ceilings_file(text)
     if text.endswith(".toml") or os.sep in text or Path(text).is_file():
         devices = load_device_file(text)
         if len(devices) != 1:
@@ -365,6 +386,7 @@ __all__ = [
     "catalog",
     "device_from_record",
     "get_device",
+    "load_ceilings_file",
     "load_device_file",
     "parse_devices",
     "user_devices",

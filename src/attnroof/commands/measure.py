@@ -1,0 +1,411 @@
+"""measure: real kernels on the local torch device, placed on the roofline of its measured
+ceilings (and of a catalog device with ``--device``). torch is imported inside the handlers only.
+
+    attnroof measure ceilings [--quick] [--device h200] [-o ceilings.json]
+    attnroof measure attention -s 4096 -d 128 [--causal] [--ceilings ceilings.json]
+    attnroof measure decode -s 32768 -d 128 --heads 32 --group 8
+    attnroof measure linear -n 16 -k 8192 -m 8192
+    attnroof measure suite [--quick] [-o results.jsonl] [--resume] [--ncu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from attnroof.commands._common import Command, add_json_arg, emit_json, positive_int, require
+from attnroof.devices import Device, get_device
+from attnroof.errors import InputError
+
+DEFAULT_RESULTS = "results.jsonl"
+
+
+# ---------------------------------------------------------------- flags
+
+
+def _common(p: argparse.ArgumentParser, *, ceilings: bool = True) -> None:
+    g = p.add_argument_group("device")
+    g.add_argument(
+        "--device",
+        default=None,
+        metavar="NAME|FILE",
+        help="catalog device (or device file) to compare with, e.g. h200; default: none",
+    )
+    g.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    if ceilings:
+        g.add_argument(
+            "--ceilings",
+            metavar="FILE.json",
+            help="ceilings saved by 'attnroof measure ceilings -o FILE.json' (default: measure them now)",
+        )
+        g.add_argument(
+            "--ncu", action="store_true", help="also read DRAM bytes with Nsight Compute (CUDA, ncu on PATH)"
+        )
+    g.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is present")
+    add_json_arg(p)
+
+
+def _impl_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--impl", metavar="A,B", help="only these implementations, e.g. eager,sdpa-flash")
+
+
+def _heads(p: argparse.ArgumentParser, *, group: bool) -> None:
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
+    p.add_argument("--heads", type=positive_int, default=1, help="query heads (default 1)")
+    if group:
+        p.add_argument(
+            "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head (default 1)"
+        )
+
+
+def _ceilings_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="fewer, smaller matmul sizes")
+    p.add_argument(
+        "-o", "--output", metavar="FILE.json", help="write the ceilings here (usable as --device FILE.json)"
+    )
+    _common(p, ceilings=False)
+
+
+def _attention_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length"
+    )
+    p.add_argument(
+        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
+    )
+    _heads(p, group=False)
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    _impl_arg(p)
+    _common(p)
+
+
+def _decode_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length"
+    )
+    p.add_argument(
+        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
+    )
+    _heads(p, group=True)
+    _impl_arg(p)
+    _common(p)
+
+
+def _linear_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-n", "--tokens", dest="n", type=positive_int, required=True, help="tokens through the layer"
+    )
+    p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
+    p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
+    _common(p)
+
+
+def _suite_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quick", action="store_true", help="the small campaign (under a minute on two CPU cores)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=DEFAULT_RESULTS,
+        metavar="FILE.jsonl",
+        help=f"JSON-lines results, one measurement a line (default {DEFAULT_RESULTS})",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="keep the results file and skip the cases already in it"
+    )
+    _impl_arg(p)
+    _common(p)
+
+
+# ---------------------------------------------------------------- shared steps
+
+
+def _catalog(args: argparse.Namespace) -> Device | None:
+    return get_device(args.device) if args.device else None
+
+
+def _impls(args: argparse.Namespace, kind: str) -> list[str] | None:
+    from attnroof.measure.kernels import IMPLS
+
+    if not getattr(args, "impl", None):
+        return None
+    known = {i for k in ((kind,) if kind != "suite" else IMPLS) for i in IMPLS[k]}
+    wanted = [x.strip() for x in args.impl.split(",") if x.strip()]
+    for x in wanted:
+        require(x in known, f"--impl {x!r}: known implementations: {', '.join(sorted(known))}")
+    return wanted
+
+
+def _validate(args: argparse.Namespace) -> tuple[str, Device | None, Device | None]:
+    """dtype, catalog device and ceilings device: checked before torch is imported."""
+    from attnroof.measure.kernels import check_dtype
+
+    dt = check_dtype(args.dtype)
+    catalog = _catalog(args)
+    ceilings = None
+    if getattr(args, "ceilings", None):
+        require(
+            args.ceilings.endswith(".json"), f"--ceilings {args.ceilings!r}: expected a .json ceilings file"
+        )
+        ceilings = get_device(args.ceilings)
+    return dt, catalog, ceilings
+
+
+def _saved_ceilings(path: str) -> list[dict[str, Any]]:
+    """The ceiling records kept in a ceilings file (none if it has none)."""
+    import json
+    from pathlib import Path
+
+    records = json.loads(Path(path).read_text(encoding="utf-8")).get("ceilings", [])
+    return [r for r in records if isinstance(r, dict) and "key" in r]
+
+
+def _torch_device(args: argparse.Namespace) -> Any:
+    from attnroof.measure.env import local_device
+
+    return local_device("cpu" if args.cpu else "auto")
+
+
+def _ceilings_for(dev: Any, dt: str, given: Device | None) -> Device:
+    if given is not None:
+        return given
+    from attnroof.measure.ceilings import measure_ceilings, measured_device
+
+    print("measuring ceilings (quick); pass --ceilings FILE.json to reuse saved ones", file=sys.stderr)
+    return measured_device(measure_ceilings(dev, quick=True, dtypes=[dt]), dev)
+
+
+def _ncu(args: argparse.Namespace, dev: Any, records: list[dict[str, Any]], cases: list[Any]) -> str:
+    """Attach ncu bytes to ``records`` when asked and possible; one line saying what happened."""
+    if not getattr(args, "ncu", False):
+        return ""
+    from attnroof.measure import ncu
+
+    if not dev.is_cuda:
+        return "ncu: no CUDA device here; DRAM bytes not measured"
+    if ncu.ncu_path() is None:
+        return "ncu: not on PATH; DRAM bytes not measured"
+    ok = {r["key"] for r in records if r["status"] == "ok"}
+    try:
+        results = ncu.profile([c for c in cases if c.key in ok])
+    except ncu.NcuError as e:
+        return f"ncu: {e}; DRAM bytes not measured"
+    ncu.attach(records, results)
+    return f"ncu: DRAM bytes of {len(results)} cases read from hardware counters"
+
+
+def _output(
+    args: argparse.Namespace,
+    dev: Any,
+    measured: Device,
+    catalog: Device | None,
+    records: list[dict[str, Any]],
+    notes: list[str],
+    extra: dict[str, Any] | None = None,
+) -> int:
+    from attnroof.measure.records import impossible, roof_check
+    from attnroof.measure.report import summary
+
+    check = roof_check(records)
+    if args.json:
+        emit_json(
+            {
+                "torch_device": dev.label,
+                "measured_device": measured.to_json(),
+                "catalog_device": catalog.name if catalog else None,
+                **(extra or {}),
+                "records": records,
+                "impossible": [r["key"] for r in impossible(records)],
+                "roof_check": check,
+                "notes": [n for n in notes if n],
+            }
+        )
+        return 0
+    print(f"on {dev.label}; roof: {measured.name}" + (f"; catalog: {catalog.name}" if catalog else ""))
+    print()
+    print(summary(records))
+    print()
+    for n in notes:
+        if n:
+            print(n)
+    print(check)
+    return 0
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _ceilings_run(args: argparse.Namespace) -> int:
+    from attnroof.measure.kernels import check_dtype
+
+    check_dtype(args.dtype)
+    catalog = _catalog(args)
+    dev = _torch_device(args)
+    from attnroof.measure.ceilings import best, measure_ceilings, measured_device, write_ceilings
+
+    records = measure_ceilings(dev, quick=args.quick)
+    device = measured_device(records, dev)
+    rows = []
+    for (what, dt), r in best(records).items():
+        matmul = what == "matmul"
+        value = r["achieved_flops_per_s"] if matmul else r["achieved_bytes_per_s"]
+        cat = None
+        if catalog is not None:
+            cat = catalog.peak_flops_per_s.get(dt) if matmul else catalog.bandwidth_bytes_per_s
+        from attnroof.measure.report import case_label
+
+        rows.append(
+            {
+                "what": what,
+                "dtype": dt if matmul else None,
+                "size": case_label(r).split(" ", 1)[1],
+                "measured": value,
+                "catalog": cat,
+                "fraction": value / cat if cat else None,
+                "key": r["key"],
+            }
+        )
+    if args.output:
+        write_ceilings(args.output, device, records)
+    if args.json:
+        emit_json(
+            {
+                "torch_device": dev.label,
+                "device": device.to_json(),
+                "catalog_device": catalog.name if catalog else None,
+                "ceilings": rows,
+                "records": records,
+                "output": args.output,
+            }
+        )
+        return 0
+    from attnroof.measure.report import ceilings_table
+
+    print(f"ceilings of {dev.label}" + (f", beside {catalog.name}" if catalog else ""))
+    print()
+    print(ceilings_table(rows))
+    print()
+    print(f"roof: {device.notes}; peaks per dtype = best matmul")
+    if args.output:
+        print(f"written to {args.output} (use it as --ceilings {args.output} or --device {args.output})")
+    return 0
+
+
+def _kernels_run(args: argparse.Namespace, kind: str) -> int:
+    from attnroof.measure import kernels as K
+
+    dt, catalog, given = _validate(args)
+    impls = _impls(args, kind)
+    if kind == "attention":
+        cases = [
+            K.attention_case(i, args.s, args.d, batch=args.batch, heads=args.heads, causal=args.causal, dt=dt)
+            for i in impls or K.IMPLS[kind]
+        ]
+    elif kind == "decode":
+        require(
+            args.heads % args.group == 0, f"--heads {args.heads} is not a multiple of --group {args.group}"
+        )
+        cases = [
+            K.decode_case(i, args.s, args.d, batch=args.batch, heads=args.heads, group=args.group, dt=dt)
+            for i in impls or K.IMPLS[kind]
+        ]
+    else:
+        cases = [K.linear_case(args.n, args.k, args.m, dt=dt)]
+    dev = _torch_device(args)
+    measured = _ceilings_for(dev, dt, given)
+    from attnroof.measure.runner import measure_case
+
+    records = [measure_case(c, dev, measured=measured, catalog=catalog) for c in cases]
+    return _output(args, dev, measured, catalog, records, [_ncu(args, dev, records, cases)])
+
+
+def _suite_run(args: argparse.Namespace) -> int:
+    dt, catalog, given = _validate(args)
+    impls = _impls(args, "suite")
+    dev = _torch_device(args)
+    from attnroof.measure.records import ResultsFile
+    from attnroof.measure.report import case_label
+    from attnroof.measure.suite import plan_cases, run_suite
+
+    cases = plan_cases(dev.device.type, quick=args.quick, dt=dt, impls=impls)
+    try:
+        results = ResultsFile(args.output, resume=args.resume)
+    except OSError as e:
+        raise InputError(f"-o {args.output!r}: {e.strerror or e}") from None
+    skipped = len(results.done & {c.key for c in cases})
+    if skipped:
+        print(f"resuming: {skipped} cases already in {args.output}", file=sys.stderr)
+
+    def progress(rec: dict[str, Any]) -> None:
+        print(f"  {rec['status']:5} {case_label(rec)} {rec['impl']}", file=sys.stderr, flush=True)
+
+    records, measured = run_suite(
+        results,
+        dev,
+        quick=args.quick,
+        dt=dt,
+        catalog=catalog,
+        ceilings=given,
+        ceiling_records=_saved_ceilings(args.ceilings) if args.ceilings else (),
+        cases=cases,
+        progress=None if args.json else progress,
+    )
+    note = _ncu(args, dev, records, cases)
+    if note and any(r.get("ncu_bytes") is not None for r in records):
+        results.rewrite(records)
+    notes = [note, f"results: {args.output} ({len(records)} records)"]
+    return _output(args, dev, measured, catalog, records, notes, {"results": args.output})
+
+
+# ---------------------------------------------------------------- the command
+
+SUBCOMMANDS = (
+    (
+        "ceilings",
+        "bandwidth (read, write, copy) and best matmul rate per dtype",
+        _ceilings_setup,
+        _ceilings_run,
+    ),
+    (
+        "attention",
+        "time eager attention and every SDPA backend",
+        _attention_setup,
+        lambda a: _kernels_run(a, "attention"),
+    ),
+    (
+        "decode",
+        "time one-token decode against a KV cache, grouped-query",
+        _decode_setup,
+        lambda a: _kernels_run(a, "decode"),
+    ),
+    ("linear", "time a linear layer over n tokens", _linear_setup, lambda a: _kernels_run(a, "linear")),
+    ("suite", "the whole campaign into a JSON-lines file, with a summary", _suite_setup, _suite_run),
+)
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="measure_command", metavar="WHAT", parser_class=type(p))
+    for name, help_text, setup, handler in SUBCOMMANDS:
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        setup(sp)
+        sp.set_defaults(measure_handler=handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    handler = getattr(args, "measure_handler", None)
+    if handler is None:
+        raise InputError("measure what? one of: " + ", ".join(s[0] for s in SUBCOMMANDS))
+    return int(handler(args) or 0)
+
+
+COMMANDS = (
+    Command(
+        "measure",
+        "time real kernels here and place them on the measured roofline (needs torch)",
+        _setup,
+        _run,
+        80,
+    ),
+)

@@ -1,0 +1,234 @@
+"""Measured ceilings of the local device: memory bandwidth three ways and the best matmul rate
+per dtype, and the device record they make.
+
+    read   x.sum() over a buffer far larger than the last-level cache      bytes = buffer
+    write  x.fill_(c)                                                     bytes = buffer
+    copy   y.copy_(x)                                   bytes = 2 × buffer (STREAM: read + write)
+    matmul a @ b, square n × n, a few large n per dtype                   FLOPs = 2n³
+
+Each figure is the best repetition, as STREAM reports. The device's bandwidth roof is the best of
+the three; its peak per dtype is the best matmul over the sizes tried. Inputs are random, never
+zeros (zeros let some hardware skip work).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from attnroof.devices import MIN_PLAUSIBLE_RATE, Device, device_from_record
+from attnroof.errors import InputError
+from attnroof.measure.env import TorchDevice
+from attnroof.measure.records import CEILING, OK, new_record, place_record, set_time
+from attnroof.measure.runner import is_out_of_memory, one_line
+from attnroof.measure.timing import Budget, time_kernel
+from attnroof.units import GiB, MiB
+
+READ, WRITE, COPY, MATMUL = "read", "write", "copy", "matmul"
+BANDWIDTHS = (READ, WRITE, COPY)
+
+CPU_BUFFER_BYTES = 256 * MiB
+"""Bandwidth buffer on a CPU: 8× a 32 MiB L3, small enough for a shared 24 GB machine."""
+GPU_BUFFER_BYTES = 1 * GiB
+"""Bandwidth buffer on a GPU: 20× the 50 MB L2 of an H100/H200."""
+
+MATMUL_SIZES = {
+    ("cuda", True): (4096, 8192),
+    ("cuda", False): (4096, 8192, 16384),
+    ("cpu", True): (256, 512, 1024),
+    ("cpu", False): (512, 1024, 2048),
+}
+"""Square matmul sizes tried per device type and quick mode; the best rate is the ceiling."""
+MATMUL_DTYPES = {"cuda": ("bf16", "fp16", "tf32", "fp32"), "cpu": ("bf16", "fp16", "fp32")}
+MATMUL_MAX_CALL_S = {True: 0.3, False: 2.0}
+"""A larger size is not tried when one call of it would take longer than this (s): fp16 matmul
+on a CPU without a half-precision path runs at a few GFLOP/s."""
+
+BANDWIDTH_BUDGET = Budget(seconds=0.2, min_reps=4, max_reps=20, warmup=1)
+MATMUL_BUDGET = Budget(seconds=0.15, min_reps=3, max_reps=20, warmup=1)
+FP32_BYTES = 4
+FILE_FORMAT = "attnroof-ceilings/1"
+
+
+def measure_ceilings(
+    dev: TorchDevice,
+    *,
+    quick: bool = True,
+    dtypes: Iterable[str] | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Ceiling records (kind ``"ceiling"``): read, write, copy, then matmul per dtype and size."""
+    records = [*_bandwidth(dev), *_matmuls(dev, quick, dtypes)]
+    if on_record:
+        for rec in records:
+            on_record(rec)
+    return records
+
+
+def _bandwidth(dev: TorchDevice) -> list[dict[str, Any]]:
+    torch = dev.torch
+    size: float = GPU_BUFFER_BYTES if dev.is_cuda else CPU_BUFFER_BYTES
+    while 2 * size > dev.memory_limit_bytes and size > 16 * MiB:
+        size /= 2
+    n = int(size) // FP32_BYTES
+    x = torch.randn(n, device=dev.device)
+    y = torch.empty_like(x)
+    kernels = {READ: (lambda: x.sum(), 1), WRITE: (lambda: x.fill_(1.5), 1), COPY: (lambda: y.copy_(x), 2)}
+    out = []
+    for impl, (fn, passes) in kernels.items():
+        rec = new_record(
+            f"ceiling/{impl}/fp32/bytes={n * FP32_BYTES}",
+            CEILING,
+            impl,
+            {"bytes": n * FP32_BYTES},
+            "fp32",
+            dev.label,
+        )
+        t = time_kernel(fn, dev, BANDWIDTH_BUDGET, flush=False)
+        set_time(rec, t.best, 0, passes * n * FP32_BYTES)
+        rec["timing"] = t.method + ", best"
+        out.append(rec)
+    kernels.clear()  # the buffers go with the lambdas
+    dev.free_memory()
+    return out
+
+
+def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> list[dict[str, Any]]:
+    torch = dev.torch
+    kind = dev.device.type
+    wanted = list(dtypes) if dtypes is not None else list(MATMUL_DTYPES[kind])
+    out = []
+    for dt in wanted:
+        if dt not in MATMUL_DTYPES[kind]:
+            raise InputError(
+                f"no matmul ceiling for {dt} on {kind}; measured: {', '.join(MATMUL_DTYPES[kind])}"
+            )
+        tdtype = (
+            torch.float32
+            if dt in ("fp32", "tf32")
+            else getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dt])
+        )
+        itemsize = torch.empty((), dtype=tdtype).element_size()
+        last_call = 0.0
+        for n in MATMUL_SIZES[(kind, quick)]:
+            if last_call * 8 > MATMUL_MAX_CALL_S[quick] or 3 * n * n * itemsize > dev.memory_limit_bytes:
+                break
+            rec = new_record(
+                f"ceiling/matmul/{dt}/n={n}", CEILING, MATMUL, {"n": n, "k": n, "m": n}, dt, dev.label
+            )
+            try:
+                with _tf32(torch, dt == "tf32"):
+                    a, b = (torch.randn(n, n, device=dev.device, dtype=tdtype) for _ in range(2))
+                    t = time_kernel(partial(torch.matmul, a, b), dev, MATMUL_BUDGET, flush=False)
+            except Exception as e:
+                if not is_out_of_memory(e):
+                    raise
+                rec.update(status="skip", reason=f"out of memory: {one_line(e)}")
+                out.append(rec)
+                break
+            set_time(rec, t.best, 2 * n**3, 3 * n * n * itemsize)
+            rec["timing"] = t.method + ", best"
+            out.append(rec)
+            last_call = t.best
+            del a, b
+        dev.free_memory()
+    return out
+
+
+class _tf32:
+    """Allow (or forbid) tf32 matmuls inside the block, so that fp32 ceilings are true fp32.
+    Uses ``fp32_precision`` where torch has it (≥ 2.9), else ``allow_tf32``."""
+
+    def __init__(self, torch: Any, on: bool) -> None:
+        self.matmul, self.on = torch.backends.cuda.matmul, on
+        self.new_api = hasattr(self.matmul, "fp32_precision")
+
+    def __enter__(self) -> None:
+        if self.new_api:
+            self.saved = self.matmul.fp32_precision
+            self.matmul.fp32_precision = "tf32" if self.on else "ieee"
+        else:
+            self.saved = self.matmul.allow_tf32
+            self.matmul.allow_tf32 = self.on
+
+    def __exit__(self, *exc: object) -> None:
+        if self.new_api:
+            self.matmul.fp32_precision = self.saved
+        else:
+            self.matmul.allow_tf32 = self.saved
+
+
+def best(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """The best record per ceiling: ``("read", "fp32")``, ``("matmul", "bf16")``, ..."""
+    top: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for r in records:
+        if r.get("kind") != CEILING or r.get("status") != OK:
+            continue
+        rate = "achieved_flops_per_s" if r["impl"] == MATMUL else "achieved_bytes_per_s"
+        k = (r["impl"], r["dtype"])
+        if k not in top or r[rate] > top[k][rate]:
+            top[k] = r
+    return top
+
+
+def device_record(
+    records: Iterable[Mapping[str, Any]],
+    dev_label: str,
+    capacity_bytes: float | None,
+    torch_version: str = "",
+) -> dict[str, Any]:
+    """The catalog-style record of the measured device (what ``--device FILE.json`` reads)."""
+    top = best(records)
+    bws = {impl: top[(impl, "fp32")]["achieved_bytes_per_s"] for impl in BANDWIDTHS if (impl, "fp32") in top}
+    if not bws:
+        raise InputError("no bandwidth ceiling was measured")
+    which = max(bws, key=lambda k: bws[k])
+    peaks = {
+        dt: r["achieved_flops_per_s"]
+        for (impl, dt), r in top.items()
+        if impl == MATMUL and r["achieved_flops_per_s"] >= MIN_PLAUSIBLE_RATE
+    }
+    if not peaks:
+        raise InputError("no matmul ceiling was measured")
+    day = datetime.now(UTC).date().isoformat()
+    figures = ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in bws.items())
+    rec: dict[str, Any] = {
+        "name": f"measured {dev_label}",
+        "kind": "measured",
+        "peak_flops_per_s": peaks,
+        "bandwidth_bytes_per_s": bws[which],
+        "source": (
+            f"measured by attnroof on {day} (torch {torch_version}): bandwidth = best of read/write/copy "
+            f"= {which} ({figures}; copy counts read + written bytes, as STREAM); "
+            "peaks = best square matmul over the sizes tried"
+        ),
+        "notes": f"bandwidth ceiling from the {which} kernel",
+    }
+    if capacity_bytes:
+        rec["capacity_bytes"] = float(capacity_bytes)
+    return rec
+
+
+def measured_device(records: Iterable[Mapping[str, Any]], dev: TorchDevice) -> Device:
+    """The measured ceilings as a :class:`Device`, and the ceiling records placed on it."""
+    records = list(records)
+    device = device_from_record(device_record(records, dev.label, dev.capacity_bytes, dev.torch.__version__))
+    for r in records:
+        place_record(r, device)  # type: ignore[arg-type]
+    return device
+
+
+def write_ceilings(path: str | os.PathLike[str], device: Device, records: list[dict[str, Any]]) -> None:
+    """The ceilings file: ``{"format", "device": {catalog record}, "ceilings": [records]}``."""
+    rec = {k: v for k, v in device.to_json().items() if v not in (None, "", [])}
+    rec.pop("aliases", None)
+    doc = {"format": FILE_FORMAT, "device": rec, "ceilings": records}
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, p)

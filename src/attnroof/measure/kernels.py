@@ -1,0 +1,287 @@
+"""The kernels measured, one builder per implementation, each with a float32 reference check.
+
+    attention  eager            Q·Kᵀ, softmax, P·V as three torch ops (the unfused model)
+               sdpa-<backend>   torch SDPA pinned to one backend: flash, cudnn, efficient, math
+    decode     eager-gqa        one token per query head; q viewed as (batch, kv_heads, group, d)
+                                against K, V of (batch, kv_heads, s, d): no K/V copy per head
+               sdpa-<backend>   the same view through SDPA (the group plays the query length)
+    linear     linear           Y = X·Wᵀ over n tokens
+
+``eager``, ``eager-gqa`` and ``sdpa-math`` write the score matrix to memory, so the model they
+are placed against is the unfused one; the other SDPA backends are placed against the fused one.
+The 1/√d scale of the eager kernels is folded into Q before timing, so that the timed kernels
+are exactly the three stages the model counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnroof.cost import Cost
+from attnroof.dtypes import dtype
+from attnroof.errors import InputError
+from attnroof.measure.env import TorchDevice
+from attnroof.ops import attention, decode, linear
+
+ATTENTION, DECODE, LINEAR = "attention", "decode", "linear"
+SDPA_BACKENDS = {
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
+    "sdpa-math": "MATH",
+}
+IMPLS = {
+    ATTENTION: ("eager", *SDPA_BACKENDS),
+    DECODE: ("eager-gqa", *SDPA_BACKENDS),
+    LINEAR: ("linear",),
+}
+UNFUSED = frozenset({"eager", "eager-gqa", "sdpa-math"})
+"""Implementations that write S and P to memory: placed against the unfused cost."""
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-3}
+"""Largest relative error (Frobenius norm) of an output against the float32 reference. fp32 is
+allowed 1e-3 because a GPU may multiply it at tf32 precision."""
+
+CHECK_ROWS = 256
+"""Query rows (the last ones, which see the most keys) checked against the reference."""
+
+MEMORY_SLACK = 1.25
+"""Headroom over the tensors counted, for workspaces and the allocator."""
+FP32_BYTES = 4
+
+
+class Unavailable(Exception):
+    """This implementation cannot run here (no such backend, or it refuses these inputs)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement to make: operator kind, implementation, shape and dtype."""
+
+    kind: str
+    impl: str
+    shape: Mapping[str, Any] = field(hash=False)
+    dtype: str = "bf16"
+
+    @property
+    def key(self) -> str:
+        """Unique id, e.g. ``attention/eager/bf16/s=512,d=64,batch=1,heads=2,group=1,causal=0``."""
+        shape = ",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in self.shape.items())
+        return f"{self.kind}/{self.impl}/{self.dtype}/{shape}"
+
+
+def attention_case(
+    impl: str, s: int, d: int, *, batch: int = 1, heads: int = 1, causal: bool = False, dt: str = "bf16"
+) -> Case:
+    return Case(
+        ATTENTION, impl, {"s": s, "d": d, "batch": batch, "heads": heads, "group": 1, "causal": causal}, dt
+    )
+
+
+def decode_case(
+    impl: str, s: int, d: int, *, batch: int = 1, heads: int = 1, group: int = 1, dt: str = "bf16"
+) -> Case:
+    if heads % group:
+        raise InputError(f"--heads {heads} is not a multiple of --group {group}")
+    return Case(DECODE, impl, {"s": s, "d": d, "batch": batch, "heads": heads, "group": group}, dt)
+
+
+def linear_case(n: int, k: int, m: int, *, dt: str = "bf16") -> Case:
+    return Case(LINEAR, "linear", {"n": n, "k": k, "m": m}, dt)
+
+
+def check_dtype(name: str) -> str:
+    """The attnroof name of a dtype the kernels can run in (bf16, fp16, fp32)."""
+    dt = dtype(name).name
+    if dt not in TORCH_DTYPES:
+        raise InputError(f"--dtype {name}: measured kernels run in {', '.join(TORCH_DTYPES)}")
+    return dt
+
+
+def model_cost(case: Case) -> Cost:
+    """The core model's cost of ``case``: unfused for eager and math, fused for the others."""
+    sh, item = case.shape, dtype(case.dtype).itemsize
+    fused = case.impl not in UNFUSED
+    if case.kind == ATTENTION:
+        return attention(
+            sh["s"],
+            sh["d"],
+            fused=fused,
+            causal=sh["causal"],
+            itemsize=item,
+            batch=sh["batch"],
+            kv_heads=sh["heads"],
+        )
+    if case.kind == DECODE:
+        return decode(
+            sh["s"],
+            sh["d"],
+            fused=fused,
+            group=sh["group"],
+            itemsize=item,
+            batch=sh["batch"],
+            kv_heads=sh["heads"] // sh["group"],
+        )
+    return linear(sh["n"], sh["k"], sh["m"], itemsize=item)
+
+
+def estimate_bytes(case: Case) -> float:
+    """Device memory the case plans to hold at once (bytes): inputs, outputs, scores, reference."""
+    sh, item = case.shape, dtype(case.dtype).itemsize
+    if case.kind == LINEAR:
+        n, k, m = sh["n"], sh["k"], sh["m"]
+        return MEMORY_SLACK * ((n * k + k * m + n * m) * item + CHECK_ROWS * m * FP32_BYTES)
+    b, h, s, d = sh["batch"], sh["heads"], sh["s"], sh["d"]
+    q_rows = s if case.kind == ATTENTION else 1
+    tensors = (2 * b * h * q_rows * d + 2 * b * (h // sh.get("group", 1)) * s * d) * item
+    scores = b * h * q_rows * s
+    if case.impl in ("eager", "eager-gqa"):
+        tensors += 2 * scores * item + (s * s if sh.get("causal") else 0)
+    elif case.impl == "sdpa-math":
+        tensors += 3 * scores * FP32_BYTES
+    reference = 3 * min(q_rows * sh.get("group", 1), CHECK_ROWS) * s * FP32_BYTES
+    return MEMORY_SLACK * (tensors + reference)
+
+
+@dataclass
+class Prepared:
+    """A kernel ready to time: ``run()`` computes the output, ``error(out)`` is its relative
+    error against the float32 reference."""
+
+    run: Callable[[], Any]
+    error: Callable[[Any], float]
+
+
+def prepare(case: Case, dev: TorchDevice) -> Prepared:
+    """Fresh random inputs on ``dev`` and the kernel of ``case`` over them."""
+    if case.impl not in IMPLS.get(case.kind, ()):
+        raise InputError(
+            f"no implementation {case.impl!r} for {case.kind}; known: {', '.join(IMPLS.get(case.kind, ()))}"
+        )
+    return BUILDERS[case.kind](case, dev)
+
+
+def _rel_error(torch: Any, out: Any, ref: Any) -> float:
+    out = out.float()
+    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
+
+
+def _randn(dev: TorchDevice, case: Case, *shape: int) -> Any:
+    torch = dev.torch
+    return torch.randn(*shape, device=dev.device, dtype=getattr(torch, TORCH_DTYPES[case.dtype]))
+
+
+def _reference_attention(torch: Any, q: Any, k: Any, v: Any, rows: Any, causal: bool) -> Any:
+    """float32 softmax(q[rows]·kᵀ/√d)·v for one head, masking keys after each query row."""
+    scores = (q[rows].float() @ k.float().T) / math.sqrt(q.shape[-1])
+    if causal:
+        keys = torch.arange(k.shape[0], device=q.device)
+        scores = scores.masked_fill(keys[None, :] > rows[:, None], float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v.float()
+
+
+def _sdpa(dev: TorchDevice, impl: str, q: Any, k: Any, v: Any, causal: bool) -> Callable[[], Any]:
+    """``run`` for SDPA pinned to one backend; :class:`Unavailable` (with torch's reason) if it
+    cannot run these inputs."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, SDPA_BACKENDS[impl], None)
+    if backend is None:
+        raise Unavailable(f"torch {dev.torch.__version__} has no {SDPA_BACKENDS[impl]} backend")
+
+    def run() -> Any:
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            run()
+        except RuntimeError as e:
+            if "No viable backend" not in str(e):
+                raise
+            why = "; ".join(str(w.message) for w in caught) or f"no such kernel on {dev.device.type}"
+            raise Unavailable(
+                f"{SDPA_BACKENDS[impl]} unavailable for these inputs: {_one_line(why)}"
+            ) from None
+    return run
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _attention(case: Case, dev: TorchDevice) -> Prepared:
+    torch, sh = dev.torch, case.shape
+    b, h, s, d, causal = sh["batch"], sh["heads"], sh["s"], sh["d"], sh["causal"]
+    q, k, v = (_randn(dev, case, b, h, s, d) for _ in range(3))
+    if case.impl == "eager":
+        qs = q * (1 / math.sqrt(d))
+        mask = torch.ones(s, s, dtype=torch.bool, device=dev.device).triu_(1) if causal else None
+
+        def run() -> Any:
+            scores = torch.matmul(qs, k.transpose(-2, -1))
+            if mask is not None:
+                scores.masked_fill_(mask, float("-inf"))
+            return torch.matmul(torch.softmax(scores, dim=-1), v)
+    else:
+        run = _sdpa(dev, case.impl, q, k, v, causal)
+    rows = torch.arange(max(0, s - CHECK_ROWS), s, device=dev.device)
+
+    def error(out: Any) -> float:
+        ref = _reference_attention(torch, q[0, 0], k[0, 0], v[0, 0], rows, causal)
+        return _rel_error(torch, out[0, 0, rows], ref)
+
+    return Prepared(run, error)
+
+
+def _decode(case: Case, dev: TorchDevice) -> Prepared:
+    torch, sh = dev.torch, case.shape
+    b, g, s, d = sh["batch"], sh["group"], sh["s"], sh["d"]
+    kv_heads = sh["heads"] // g
+    q = _randn(dev, case, b, kv_heads, g, d)  # the group's query heads, one token each
+    k, v = (_randn(dev, case, b, kv_heads, s, d) for _ in range(2))
+    if case.impl == "eager-gqa":
+        qs = q * (1 / math.sqrt(d))
+
+        def run() -> Any:
+            return torch.matmul(torch.softmax(torch.matmul(qs, k.transpose(-2, -1)), dim=-1), v)
+    else:
+        run = _sdpa(dev, case.impl, q, k, v, False)
+
+    def error(out: Any) -> float:
+        rows = torch.arange(g, device=dev.device)
+        ref = _reference_attention(torch, q[0, 0], k[0, 0], v[0, 0], rows, False)
+        return _rel_error(torch, out[0, 0], ref)
+
+    return Prepared(run, error)
+
+
+def _linear(case: Case, dev: TorchDevice) -> Prepared:
+    torch, sh = dev.torch, case.shape
+    n, k, m = sh["n"], sh["k"], sh["m"]
+    x, w = _randn(dev, case, n, k), _randn(dev, case, m, k)
+
+    def run() -> Any:
+        return torch.nn.functional.linear(x, w)
+
+    def error(out: Any) -> float:
+        rows = slice(max(0, n - CHECK_ROWS), n)
+        return _rel_error(torch, out[rows], x[rows].float() @ w.float().T)
+
+    return Prepared(run, error)
+
+
+BUILDERS: dict[str, Callable[[Case, TorchDevice], Prepared]] = {
+    ATTENTION: _attention,
+    DECODE: _decode,
+    LINEAR: _linear,
+}

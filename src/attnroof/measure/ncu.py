@@ -1,0 +1,224 @@
+"""DRAM bytes from Nsight Compute: run the kernels again under ``ncu``, one case between two
+marker kernels, and read the counters back from its CSV.
+
+    ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \\
+        --csv --clock-control none  python -m attnroof.measure.ncu CASES.json DONE.json
+
+The child process runs each case once to warm up, then ``torch.cuda._sleep`` (a kernel named
+``spin_kernel``), the case, and another ``spin_kernel``: the kernels between a pair of markers are
+that case's. The parser needs no torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnroof.errors import AttnroofError
+
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
+READ, WRITE, DURATION = METRICS
+MARKER = re.compile(r"spin|sleep", re.IGNORECASE)
+"""A kernel whose name matches this separates cases (``cuda::<unnamed>::spin_kernel(long)``)."""
+MARKER_CYCLES = 1000
+NCU_TIMEOUT_S = 240.0
+"""Longest ncu run (s); ``$ATTNROOF_NCU_TIMEOUT_S`` overrides it (benchmarks/gpu_check.sh: 130)."""
+
+UNITS = {
+    "byte": 1.0, "bytes": 1.0, "b": 1.0,
+    "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9, "gb": 1e9, "tbyte": 1e12, "tb": 1e12,
+    "kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30,
+    "ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "µs": 1e-6, "ms": 1e-3, "msecond": 1e-3,
+    "s": 1.0, "second": 1.0,
+}  # fmt: skip
+"""ncu's units to SI (bytes, seconds). ncu's K/M/G prefixes on bytes are decimal."""
+
+
+class NcuError(AttnroofError):
+    """ncu could not be run or its output not read."""
+
+
+@dataclass
+class Kernel:
+    """One profiled kernel: its name and metrics in SI units (bytes, seconds)."""
+
+    id: int
+    name: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def to_si(value: str, unit: str) -> float | None:
+    """``("34,391,552", "byte")`` → 34391552.0; ``("2.5", "us")`` → 2.5e-06; ``None`` for n/a."""
+    text = value.strip().replace(",", "")
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return number * UNITS.get(unit.strip().lower(), 1.0)
+
+
+def parse_csv(text: str) -> list[Kernel]:
+    """Kernels of an ``ncu --csv`` report, in launch order, skipping ``==PROF==`` and
+    ``==WARNING==`` lines and anything else before the header."""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("==")]
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID"')), None)
+    if start is None:
+        raise NcuError('no CSV header (a line starting with "ID") in the ncu output')
+    rows = csv.DictReader(lines[start:])
+    kernels: dict[int, Kernel] = {}
+    for row in rows:
+        try:
+            kid = int(row["ID"].replace(",", ""))
+            name, metric = row["Kernel Name"], row["Metric Name"]
+            value, unit = row["Metric Value"], row.get("Metric Unit") or ""
+        except (KeyError, AttributeError, ValueError):
+            continue  # a stray line from the profiled program
+        k = kernels.setdefault(kid, Kernel(kid, name))
+        si_value = to_si(value, unit)
+        if si_value is not None:
+            k.metrics[metric] = si_value
+    return [kernels[i] for i in sorted(kernels)]
+
+
+def between_markers(kernels: Iterable[Kernel]) -> list[list[Kernel]]:
+    """The kernels between each opening and closing marker; those outside a pair (input set-up,
+    warm-up) are dropped."""
+    groups: list[list[Kernel]] = []
+    current: list[Kernel] | None = None
+    for k in kernels:
+        if MARKER.search(k.name):
+            if current is None:
+                current = []
+            else:
+                groups.append(current)
+                current = None
+        elif current is not None:
+            current.append(k)
+    return groups
+
+
+@dataclass(frozen=True)
+class NcuResult:
+    """DRAM bytes read and written (bytes) and kernel time (s) of one case, summed over its kernels."""
+
+    bytes_read: float
+    bytes_written: float
+    time_s: float
+    kernels: int
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+def summarize(group: Sequence[Kernel]) -> NcuResult:
+    total = {m: sum(k.metrics.get(m, 0.0) for k in group) for m in METRICS}
+    return NcuResult(total[READ], total[WRITE], total[DURATION], len(group))
+
+
+def ncu_path() -> str | None:
+    return shutil.which("ncu")
+
+
+def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str, NcuResult]:
+    """Run ``cases`` (:class:`~attnroof.measure.kernels.Case`) under ncu; results by case key."""
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("ATTNROOF_NCU_TIMEOUT_S") or NCU_TIMEOUT_S)
+    exe = ncu_path()
+    if exe is None:
+        raise NcuError("ncu is not on PATH")
+    src = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with tempfile.TemporaryDirectory(prefix="attnroof-ncu-") as tmp:
+        todo, done = Path(tmp, "cases.json"), Path(tmp, "done.json")
+        todo.write_text(
+            json.dumps(
+                [{"kind": c.kind, "impl": c.impl, "shape": dict(c.shape), "dtype": c.dtype} for c in cases]
+            )
+        )
+        cmd = [
+            exe,
+            "--metrics",
+            ",".join(METRICS),
+            "--csv",
+            "--clock-control",
+            "none",
+            sys.executable,
+            "-m",
+            "attnroof.measure.ncu",
+            str(todo),
+            str(done),
+        ]
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise NcuError(f"ncu ran past {timeout_s:.0f} s") from None
+        if not done.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise NcuError(f"ncu run failed (exit {proc.returncode}): {tail[0]}")
+        keys = json.loads(done.read_text())
+    groups = between_markers(parse_csv(proc.stdout))
+    if len(groups) != len(keys):
+        raise NcuError(f"ncu reported {len(groups)} marked cases, the run made {len(keys)}")
+    return {k: summarize(g) for (k, ok), g in zip(keys, groups, strict=True) if ok}
+
+
+def attach(records: Iterable[dict[str, Any]], results: Mapping[str, NcuResult]) -> None:
+    """``ncu_bytes`` (DRAM read + written) and ``ncu_ratio`` (measured / model bytes) into records."""
+    for rec in records:
+        res = results.get(rec["key"])
+        if res is None:
+            continue
+        rec["ncu_bytes"] = res.bytes
+        rec["ncu_ratio"] = res.bytes / rec["bytes"] if rec.get("bytes") else None
+
+
+def _child(cases_path: str, done_path: str) -> int:
+    """Inside ncu: each case warmed up, then run once between two marker kernels."""
+    from attnroof.measure.env import local_device
+    from attnroof.measure.kernels import Case, prepare
+
+    dev = local_device()
+    torch = dev.torch
+    done: list[list[Any]] = []  # [key, whether the marked run succeeded]
+    for spec in json.loads(Path(cases_path).read_text()):
+        case = Case(spec["kind"], spec["impl"], spec["shape"], spec["dtype"])
+        try:
+            prepared = prepare(case, dev)
+            prepared.run()
+            dev.sync()
+        except Exception as e:  # the timed run already recorded why; skip it here
+            print(f"attnroof ncu: {case.key}: {type(e).__name__}", file=sys.stderr)
+            dev.free_memory()
+            continue
+        torch.cuda._sleep(MARKER_CYCLES)
+        ok = True
+        try:
+            prepared.run()
+        except Exception as e:
+            ok = False
+            print(f"attnroof ncu: {case.key}: {type(e).__name__}", file=sys.stderr)
+        finally:
+            torch.cuda._sleep(MARKER_CYCLES)
+            dev.sync()
+        done.append([case.key, ok])
+        del prepared
+        dev.free_memory()
+    Path(done_path).write_text(json.dumps(done))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(*sys.argv[1:3]))

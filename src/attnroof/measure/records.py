@@ -1,0 +1,188 @@
+"""One JSON record per measurement, its placement on the roofline, and the JSON-lines file.
+
+Every record has every key of :data:`RECORD_KEYS` (``None`` where a figure does not apply), so
+that a reader (the charts) needs no special cases. SI units: seconds, FLOPs, bytes, FLOP/s, B/s.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from attnroof.devices import Device
+from attnroof.roofline import Roof, place
+
+OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
+CEILING = "ceiling"
+
+RECORD_KEYS = (
+    "key", "kind", "impl", "shape", "dtype", "device", "status", "reason", "time_s", "flops", "bytes",
+    "intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound_time_s", "efficiency",
+    "impossible", "catalog_bound_time_s", "catalog_efficiency", "ncu_bytes", "ncu_ratio", "timestamp",
+)  # fmt: skip
+"""The keys every record carries (the chart code reads them). Extra keys: ``model`` (which cost
+the point is placed against), ``rel_error`` (against the float32 reference), ``timing``."""
+
+IMPOSSIBLE_TOLERANCE = 1.05
+"""Efficiency above this (5% over the roof, beyond timer noise) cannot happen if the ceilings and
+the counts are right: such a point is flagged."""
+
+IMPOSSIBLE_TEXT = "IMPOSSIBLE: faster than the roof — a ceiling or a count is wrong"
+
+
+def now() -> str:
+    """UTC time stamp, ISO 8601 to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_record(
+    key: str,
+    kind: str,
+    impl: str,
+    shape: Mapping[str, Any],
+    dt: str,
+    device: str,
+    status: str = OK,
+    reason: str = "",
+) -> dict[str, Any]:
+    """A record with every key present and no figures yet."""
+    rec: dict[str, Any] = dict.fromkeys(RECORD_KEYS)
+    rec.update(
+        key=key,
+        kind=kind,
+        impl=impl,
+        shape=dict(shape),
+        dtype=dt,
+        device=device,
+        status=status,
+        reason=reason,
+        impossible=False,
+        timestamp=now(),
+    )
+    return rec
+
+
+def set_time(rec: dict[str, Any], time_s: float, flops: float, nbytes: float) -> dict[str, Any]:
+    """Fill in a timed record's model counts and achieved rates."""
+    rec.update(time_s=float(time_s), flops=float(flops), bytes=float(nbytes))
+    rec["intensity"] = float(flops) / float(nbytes) if nbytes else None
+    rec["achieved_flops_per_s"] = float(flops) / time_s
+    rec["achieved_bytes_per_s"] = float(nbytes) / time_s
+    return rec
+
+
+def bound_time(device: Device | None, dt: str, flops: float, nbytes: float) -> float | None:
+    """Roofline time bound (s) of ``flops`` and ``nbytes`` on ``device`` at dtype ``dt``; ``None``
+    when the device has no peak for that dtype and the work has FLOPs."""
+    if device is None or not nbytes:
+        return None
+    peak = device.peak_flops_per_s.get(dt) if flops else math.inf
+    if peak is None:
+        return None
+    return place((flops, nbytes), Roof(peak, device.bandwidth_bytes_per_s)).time_s
+
+
+def place_record(
+    rec: dict[str, Any], measured: Device | None, catalog: Device | None = None
+) -> dict[str, Any]:
+    """Bound and efficiency (bound / measured time) on the measured ceilings and on the catalog
+    device; ``impossible`` when the point lies above the measured roof."""
+    if rec["status"] != OK or rec["time_s"] is None:
+        return rec
+    for prefix, device in (("", measured), ("catalog_", catalog)):
+        bound = bound_time(device, rec["dtype"], rec["flops"], rec["bytes"])
+        rec[f"{prefix}bound_time_s"] = bound
+        rec[f"{prefix}efficiency"] = None if bound is None else bound / rec["time_s"]
+    eff = rec["efficiency"]
+    rec["impossible"] = bool(eff is not None and eff > IMPOSSIBLE_TOLERANCE)
+    return rec
+
+
+def impossible(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in records if r.get("impossible")]
+
+
+def roof_check(records: Iterable[Mapping[str, Any]]) -> str:
+    """One line when every timed point is under the measured roof, else a loud line per point."""
+    records = list(records)
+    bad = impossible(records)
+    timed = sum(1 for r in records if r.get("efficiency") is not None)
+    if not bad:
+        limit = IMPOSSIBLE_TOLERANCE
+        return f"roof check: all {timed} placed points lie under the measured roof (efficiency ≤ {limit:g})"
+    lines = [f"roof check: {IMPOSSIBLE_TEXT}: {len(bad)} of {timed} points"]
+    lines += [f"  {IMPOSSIBLE_TEXT}: {r['key']} efficiency {r['efficiency']:.2f}" for r in bad]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the JSON-lines file
+
+
+def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Records of a JSON-lines file; a line cut short by an interrupted run is ignored."""
+    out = []
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "key" in rec:
+            out.append(rec)
+    return out
+
+
+class ResultsFile:
+    """A JSON-lines file written one record at a time, flushed and fsync'd, so that an
+    interrupted run loses nothing. ``resume=True`` keeps what is there (minus a cut-short last
+    line); otherwise the file starts empty."""
+
+    def __init__(self, path: str | os.PathLike[str], *, resume: bool = False) -> None:
+        self.path = Path(path)
+        self.records: list[dict[str, Any]] = read_records(self.path) if resume else []
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_all(self.records)
+
+    @property
+    def done(self) -> set[str]:
+        return {r["key"] for r in self.records}
+
+    def append(self, rec: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(_jsonable(rec), ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self.records.append(rec)
+
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        """Replace the file's contents at once (write a sibling, then rename over)."""
+        self._write_all(records)
+        self.records = list(records)
+
+    def _write_all(self, records: list[dict[str, Any]]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for rec in records:
+                f.write(json.dumps(_jsonable(rec), ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -1,0 +1,102 @@
+"""Text for people: the summary table of measurements and the notes under it. No torch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from attnroof.commands._common import table
+from attnroof.measure.records import OK
+from attnroof.render import bandwidth, num, pct, rate
+from attnroof.units import duration, si
+
+HEADERS = [
+    "case",
+    "impl",
+    "dtype",
+    "status",
+    "time",
+    "FLOP/s",
+    "B/s",
+    "FLOP/B",
+    "bound",
+    "eff",
+    "catalog eff",
+    "ncu/model",
+]
+
+
+def case_label(rec: Mapping[str, Any]) -> str:
+    """``attn s=512 d=64 b1 h2 causal``, ``decode s=4096 d=64 h4 g4``, ``linear n=32 1024×1024``."""
+    sh, kind = rec["shape"], rec["kind"]
+    if kind == "attention":
+        causal = " causal" if sh.get("causal") else ""
+        return f"attn s={sh['s']} d={sh['d']} b{sh['batch']} h{sh['heads']}{causal}"
+    if kind == "decode":
+        return f"decode s={sh['s']} d={sh['d']} b{sh['batch']} h{sh['heads']} g{sh['group']}"
+    if kind == "linear":
+        return f"linear n={sh['n']} {sh['k']}×{sh['m']}"
+    if "bytes" in sh:
+        return f"{rec['impl']} {si(sh['bytes'], 'B')}"
+    return f"matmul {sh['n']}³"
+
+
+def _eff(x: float | None, flag: bool = False) -> str:
+    if x is None:
+        return "—"
+    return f"{pct(x)} IMPOSSIBLE" if flag else pct(x)
+
+
+def row(rec: Mapping[str, Any]) -> list[str]:
+    timed = rec["status"] == OK and rec.get("time_s") is not None
+    dash = "—"
+    ratio = rec.get("ncu_ratio")
+    return [
+        case_label(rec),
+        rec["impl"],
+        rec["dtype"],
+        rec["status"],
+        duration(rec["time_s"]) if timed else dash,
+        rate(rec["achieved_flops_per_s"]) if timed and rec["flops"] else dash,
+        bandwidth(rec["achieved_bytes_per_s"]) if timed else dash,
+        num(rec["intensity"]) if rec.get("intensity") is not None else dash,
+        duration(rec["bound_time_s"]) if rec.get("bound_time_s") is not None else dash,
+        _eff(rec.get("efficiency"), bool(rec.get("impossible"))),
+        _eff(rec.get("catalog_efficiency")),
+        f"{num(ratio)}×" if ratio is not None else dash,
+    ]
+
+
+def summary(records: Iterable[Mapping[str, Any]]) -> str:
+    """The table, then one line per distinct reason a case was skipped, wrong or failed."""
+    records = list(records)
+    out = [table(HEADERS, [row(r) for r in records], "llll" + "r" * (len(HEADERS) - 4))]
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for r in records:
+        if r["status"] != OK:
+            reasons.setdefault((r["status"], r.get("reason") or ""), []).append(r["impl"])
+    if reasons:
+        out.append("")
+    for (status, reason), impls in reasons.items():
+        names = ", ".join(dict.fromkeys(impls))
+        out.append(f"{status} ×{len(impls)} ({names}): {reason}")
+    return "\n".join(out)
+
+
+def ceilings_table(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Measured ceilings beside the catalog's figures."""
+    body = []
+    for r in rows:
+        unit = rate if r["what"] == "matmul" else bandwidth
+        cat = r.get("catalog")
+        body.append(
+            [
+                r["what"],
+                r["dtype"] or "—",
+                r["size"],
+                unit(r["measured"]),
+                unit(cat) if cat else "—",
+                pct(r["fraction"]) if r.get("fraction") is not None else "—",
+            ]
+        )
+    return table(["ceiling", "dtype", "size", "measured", "catalog", "fraction"], body, "lllrrr")
