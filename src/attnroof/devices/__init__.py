@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from attnroof.dtypes import DTYPES, DType, dtype
-from attnroof.errors import DeviceFileError, MissingPeak, UnknownDevice
+from attnroof.errors import DeviceFileError, MissingPeak, UnknownDevice, read_json, read_text
 
 ENV_VAR = "ATTNROOF_DEVICES"
 """A TOML file, or a folder of them, whose devices add to or replace the catalog's."""
@@ -263,28 +263,14 @@ def parse_devices(text: str, origin: str) -> list[Device]:
 
 def load_device_file(path: str | os.PathLike[str]) -> list[Device]:
     """Read a device TOML file; :class:`DeviceFileError` if unreadable or malformed."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise DeviceFileError(f"cannot read device file {str(p)!r}: {reason}") from None
-    return parse_devices(text, str(p))
+    return parse_devices(read_text(path, "device file", DeviceFileError), str(path))
 
 
 def load_ceilings_file(path: str | os.PathLike[str]) -> Device:
     """The device in a ceilings file written by ``attnroof measure ceilings -o FILE.json``: its
     ``"device"`` object holds the same fields as a catalog record (measured figures, SI units)."""
-    import json
-
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise DeviceFileError(f"cannot read ceilings file {str(p)!r}: {reason}") from None
-    except json.JSONDecodeError as e:
-        raise DeviceFileError(f"{p}: not valid JSON: {e}") from None
+    doc = read_json(p, "ceilings file", DeviceFileError)
     if not isinstance(doc, dict) or not isinstance(doc.get("device"), dict):
         raise DeviceFileError(f"{p}: no 'device' object (write one: attnroof measure ceilings -o FILE.json)")
     return device_from_record(doc["device"], str(p))

@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from attnroof.errors import InputError
+from attnroof.errors import InputError, read_json
 
 
 class ModelConfigError(InputError):
@@ -264,15 +264,7 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
 def load_config_file(path: str | os.PathLike[str]) -> ModelConfig:
     """Read a local ``config.json``; :class:`ModelConfigError` if unreadable or malformed."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise ModelConfigError(f"cannot read model config {str(p)!r}: {reason}") from None
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ModelConfigError(f"{p}: not valid JSON: {e}") from None
+    cfg = read_json(p, "model config", ModelConfigError)
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
     return from_hf(cfg, str(name or default), str(p))
