@@ -27,11 +27,9 @@ from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
 
 def _load_plot() -> Any:
     """The plot package, on the Agg backend (files only, no display needed)."""
-    import matplotlib
-
     import attnroof.plot as plot  # raises MissingExtra without matplotlib
 
-    matplotlib.use("Agg")
+    plot.use_agg()
     return plot
 
 

@@ -17,13 +17,19 @@ from attnroof.errors import MissingExtra
 INSTALL_HINT = "pip install 'attnroof[plot]'"
 
 try:
-    import matplotlib  # noqa: F401
+    import matplotlib
 except ImportError:  # pragma: no cover - exercised through a subprocess test
     raise MissingExtra(f"charts need matplotlib: {INSTALL_HINT}") from None
 
 from attnroof.plot.chart import FORMATS, ChartInputs, chart_inputs, figure_svg, roofline_figure, save_figure  # noqa: E402
 from attnroof.plot.inputs import Measured, read_ceilings, read_measured  # noqa: E402
 from attnroof.plot.report import report_html, write_report  # noqa: E402
+
+
+def use_agg() -> None:
+    """Switch matplotlib to the Agg backend: files only, no display (what the commands use)."""
+    matplotlib.use("Agg")
+
 
 __all__ = [
     "FORMATS",
@@ -37,5 +43,6 @@ __all__ = [
     "report_html",
     "roofline_figure",
     "save_figure",
+    "use_agg",
     "write_report",
 ]

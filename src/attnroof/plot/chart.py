@@ -117,7 +117,7 @@ def _label_points(ax: Any, traj: Trajectory, colour: str, slot: int, xlim: Any, 
             ha=ha,
             fontsize=7.5,
             color=colour,
-            gid=f"label-{traj.key}",
+            gid=f"label-{traj.key}-{j}",
         )
 
 
@@ -421,6 +421,7 @@ def _metadata(fmt: str) -> dict[str, Any]:
 
 
 _SVG_START = re.compile(r"<svg\b")
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
 
 
 def figure_svg(fig: Figure, id_prefix: str = "") -> str:
@@ -431,7 +432,7 @@ def figure_svg(fig: Figure, id_prefix: str = "") -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
     match = _SVG_START.search(text)
-    svg = text[match.start() :] if match else text
+    svg = _METADATA.sub("", text[match.start() :] if match else text)
     if id_prefix:
         svg = re.sub(r'\b(id="|url\(#|href="#)', lambda m: m.group(1) + id_prefix, svg)
     return svg
