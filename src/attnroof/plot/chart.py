@@ -60,9 +60,15 @@ TRAJECTORY_COLOURS = {
 MARKERS = {"attention": "o", "decode": "^", "linear": "s"}
 DECODE_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray")
 MEASURED_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-LABEL_OFFSETS = ((6, -12, "left"), (0, 6, "center"), (-6, 4, "right"), (0, -13, "center"))
-"""Points offset (x, y) and alignment of each trajectory's size labels, cycled, so that two
-trajectories through the same spot (fused at s and causal fused at 2s) label on different sides."""
+BELOW, ABOVE = 0, 1
+LABEL_SIDES = (BELOW, ABOVE, ABOVE, BELOW)
+"""Which side of its line each trajectory's size labels go, cycled: two trajectories through the
+same spot (unfused and causal unfused; fused at s and causal fused at 2s) label on opposite sides."""
+LABEL_OFFSETS = {
+    # side: (on the bandwidth slope, on the flat compute roof); (dx, dy) points and alignment
+    BELOW: ((7, -11, "left"), (0, -13, "center")),
+    ABOVE: ((-7, 3, "right"), (0, 6, "center")),
+}
 
 
 def _colour(traj: Trajectory, i_decode: int) -> str:
@@ -101,14 +107,18 @@ def _groups(
     return groups
 
 
-def _label_points(ax: Any, traj: Trajectory, colour: str, slot: int, xlim: Any, ylim: Any) -> None:
-    dx, dy, ha = LABEL_OFFSETS[slot % len(LABEL_OFFSETS)]
+def _label_points(
+    ax: Any, traj: Trajectory, colour: str, slot: int, peak: float, xlim: Any, ylim: Any
+) -> None:
+    """Label each point (or each run of points on one spot) of ``traj`` with its size."""
+    side = LABEL_OFFSETS[LABEL_SIDES[slot % len(LABEL_SIDES)]]
     for j, group in enumerate(_groups(traj.intensity, traj.attainable, xlim, ylim)):
         first, last = traj.sizes[group[0]], traj.sizes[group[-1]]
         text = size_label(first) if len(group) == 1 else f"{size_label(first)}–{size_label(last)}"
         if j == 0:
             text = f"{traj.variable}={text}"
         at = group[-1]
+        dx, dy, ha = side[1] if traj.attainable[at] >= peak else side[0]
         ax.annotate(
             text,
             (traj.intensity[at], traj.attainable[at]),
@@ -233,7 +243,7 @@ def draw_roofline(
             fillstyle="none" if hollow else "full",
             zorder=4.5 if hollow else 5,
         )
-        _label_points(ax, t, colour, slot, xlim, ylim)
+        _label_points(ax, t, colour, slot, roofs[0].peak_flops_per_s, xlim, ylim)
 
     impls = list(dict.fromkeys(m.impl for m, _ in links))
     for i, impl in enumerate(impls):
