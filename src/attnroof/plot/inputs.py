@@ -70,8 +70,10 @@ class Measured:
         return not any(word in name for word in UNFUSED_IMPL_WORDS)
 
     def shape_text(self) -> str:
-        """``s=4096 d=128 batch=1 heads=8`` — the shape as a short label."""
-        return " ".join(f"{k}={v}" for k, v in self.shape.items())
+        """``s=4096 d=128 batch=1 heads=8 causal`` — the shape as a short label."""
+        return " ".join(
+            (k if v else "") if isinstance(v, bool) else f"{k}={v}" for k, v in self.shape.items()
+        ).strip().replace("  ", " ")
 
 
 def _read_text(path: str | Path, what: str) -> str:

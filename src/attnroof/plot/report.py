@@ -54,7 +54,7 @@ th, td { padding: 0.4rem 0.8rem; border-bottom: 1px solid var(--rule); text-alig
   vertical-align: top; }
 thead th { border-bottom: 2px solid var(--ink); font-weight: 600; white-space: nowrap; }
 tbody tr:nth-child(even) { background: var(--band); }
-.right { text-align: right; } .center { text-align: center; } .left { text-align: left; }
+.right { text-align: right; white-space: nowrap; } .center { text-align: center; } .left { text-align: left; }
 figure { margin: 1.5rem 0 2.5rem; }
 figure svg { width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 0.92rem; margin-top: 0.4rem; max-width: 46rem; }
