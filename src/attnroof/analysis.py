@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnroof.cost import Cost, Stage
 from attnroof.ops import attention
 from attnroof.roofline import Placement, Roof, place
+
+if TYPE_CHECKING:
+    from attnroof.solve import Crossover
 
 
 def stage_json(stage: Stage) -> dict[str, Any]:
@@ -107,3 +110,17 @@ def sweep(
             "verdict": roof.verdict(intensity),
         }
     return out
+
+
+def attention_crossover(d: int, roof: Roof, **attention_kwargs: Any) -> Crossover:
+    """Where attention with head dimension ``d`` reaches ``roof``'s ridge, solved exactly over s.
+
+    ``attention_kwargs`` go to :func:`attnroof.ops.attention` (fused, causal, itemsize, ...).
+    sympy is imported here, on first use.
+    """
+    from attnroof.solve import crossover
+
+    def intensity(s: Any) -> Any:
+        return attention(s, d, **attention_kwargs).intensity
+
+    return crossover(intensity, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from attnroof import __version__
 from attnroof.errors import AttnroofError
 
 EXIT_USAGE = 2
+EXIT_INTERNAL = 1
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,6 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()  # `attnroof sheet | head` is not an error
         return 0
+    except Exception as e:  # a bug, not bad input: still one line, unless asked for the traceback
+        if os.environ.get("ATTNROOF_DEBUG"):
+            raise
+        print(
+            f"attnroof: internal error: {type(e).__name__}: {e} (ATTNROOF_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -75,7 +75,9 @@ def footprint(
     total = per_head * copies
     if capacity_bytes is None:
         return Footprint(s, itemsize, batch, heads, layers, per_head, total, None, None, None, None)
-    s_max = math.isqrt(int(capacity_bytes // (itemsize * copies))) if capacity_bytes >= itemsize * copies else 0
+    s_max = (
+        math.isqrt(int(capacity_bytes // (itemsize * copies))) if capacity_bytes >= itemsize * copies else 0
+    )
     while score_matrix_bytes(s_max + 1, itemsize) * copies <= capacity_bytes:  # isqrt of a floor: check
         s_max += 1
     return Footprint(

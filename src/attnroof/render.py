@@ -10,7 +10,7 @@ from attnroof.roofline import Placement, Roof
 from attnroof.units import duration, si
 
 
-def num(x: float, digits: int = 3) -> str:
+def num(x: float | None, digits: int = 3) -> str:
     """A plain number: 3 significant figures below 1000, whole numbers with separators above.
 
     >>> num(63.6307), num(4136.0), num(0.99423)
@@ -19,7 +19,7 @@ def num(x: float, digits: int = 3) -> str:
     if x is None:
         return "—"
     ax = abs(x)
-    if ax >= 1000 or (ax >= 100 and digits <= 3):
+    if digits <= 3 and ax >= 100:
         return f"{x:,.0f}"
     if ax == 0:
         return "0"
@@ -28,7 +28,9 @@ def num(x: float, digits: int = 3) -> str:
     return _sig(x, digits)
 
 
-def pct(x: float) -> str:
+def pct(x: float | None) -> str:
+    if x is None:
+        return "—"
     return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.1f}%"
 
 
@@ -50,8 +52,9 @@ def bandwidth(x: float) -> str:
 
 def device_line(dev: Device, roof: Roof) -> str:
     cap = f", {nbytes(dev.capacity_bytes)} memory" if dev.capacity_bytes else ""
+    over = f" [overridden: {', '.join(dev.overridden)}]" if dev.overridden else ""
     return (
-        f"{dev.name} ({roof.dtype}): peak {rate(roof.peak_flops_per_s)}, "
+        f"{dev.name}{over} ({roof.dtype}): peak {rate(roof.peak_flops_per_s)}, "
         f"bandwidth {bandwidth(roof.bandwidth_bytes_per_s)}{cap}; ridge {num(roof.ridge)} FLOP/byte"
     )
 
@@ -98,6 +101,16 @@ def expr(e: Any) -> str:
     import sympy as sp
 
     text = sp.sstr(sp.sympify(e))
-    for a, b in (("**2", "²"), ("**3", "³"), ("**4", "⁴"), ("*", "·"), ("·s", "s"), ("·d", "d"), ("·g", "g"), ("·n", "n"), ("·(", "(")):
+    for a, b in (
+        ("**2", "²"),
+        ("**3", "³"),
+        ("**4", "⁴"),
+        ("*", "·"),
+        ("·s", "s"),
+        ("·d", "d"),
+        ("·g", "g"),
+        ("·n", "n"),
+        ("·(", "("),
+    ):
         text = text.replace(a, b)
     return text

@@ -62,7 +62,7 @@ class Roof:
         return intensity >= self.ridge
 
     def verdict(self, intensity: Num) -> Num:
-        """"memory-bound", "near ridge" or "compute-bound" (an array of them for arrays)."""
+        """ "memory-bound", "near ridge" or "compute-bound" (an array of them for arrays)."""
         ridge = self.ridge
         out = np.where(
             intensity < ridge / NEAR_RIDGE_FACTOR,

@@ -15,7 +15,6 @@ device, dtype, head dimension or counting convention and the algebra is redone.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,7 +99,7 @@ def crossover(
         numer, denom = -numer, -denom
     numer = sp.expand(numer)
     # Clear a common positive factor (a power of x, a number) so the inequality reads simply.
-    content, prim = sp.Poly(numer, x).primitive()
+    _content, prim = sp.Poly(numer, x).primitive()
     xpow = min((m[0] for m in sp.Poly(prim, x).monoms()), default=0)
     reduced = sp.expand(prim.as_expr() / x**xpow)
     inequality = f"{sp.sstr(reduced)} >= 0"
@@ -153,7 +152,7 @@ def _smallest_integer(s: sp.Set) -> int | None:
     """The smallest integer ≥ 1 in a union of intervals, or None."""
     best: int | None = None
     for iv in _intervals(s):
-        start = max(1, math.ceil(iv.inf)) if iv.inf.is_finite else 1
+        start = max(1, int(sp.ceiling(iv.inf))) if iv.inf.is_finite else 1
         if iv.left_open and sp.Integer(start) == iv.inf:
             start += 1
         if sp.Integer(start) in iv and (best is None or start < best):

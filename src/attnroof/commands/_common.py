@@ -109,9 +109,24 @@ def add_device_args(p: argparse.ArgumentParser, *, dtype_default: str = "bf16") 
         help=f"catalog name or alias, or a device TOML file (default: {DEFAULT_DEVICE}, the spec's device)",
     )
     g.add_argument("--dtype", default=dtype_default, help=f"element type (default: {dtype_default})")
-    g.add_argument("--peak-flops", type=positive_quantity, metavar="FLOP/s", help="override the peak, e.g. 989e12 or 989T")
-    g.add_argument("--bandwidth", type=positive_quantity, metavar="B/s", help="override memory bandwidth, e.g. 3.35e12 or 3.35T")
-    g.add_argument("--capacity", type=positive_quantity, metavar="BYTES", help="override memory capacity, e.g. 80e9 or 80G")
+    g.add_argument(
+        "--peak-flops",
+        type=positive_quantity,
+        metavar="FLOP/s",
+        help="override the peak, e.g. 989e12 or 989T",
+    )
+    g.add_argument(
+        "--bandwidth",
+        type=positive_quantity,
+        metavar="B/s",
+        help="override memory bandwidth, e.g. 3.35e12 or 3.35T",
+    )
+    g.add_argument(
+        "--capacity",
+        type=positive_quantity,
+        metavar="BYTES",
+        help="override memory capacity, e.g. 80e9 or 80G",
+    )
 
 
 def add_json_arg(p: argparse.ArgumentParser) -> None:
@@ -161,8 +176,8 @@ def to_jsonable(x: Any) -> Any:
 
 
 def emit_json(data: dict[str, Any]) -> None:
-    json.dump(to_jsonable(data), sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    text = json.dumps(to_jsonable(data), indent=2, ensure_ascii=False)  # whole, or nothing
+    sys.stdout.write(text + "\n")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
@@ -175,9 +190,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = ""
     align = align or "l" + "r" * (len(headers) - 1)
 
     def line(r: Sequence[str]) -> str:
-        return "| " + " | ".join(
-            c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)
-        ) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)
+            )
+            + " |"
+        )
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1)) for w, a in zip(widths, align, strict=True)) + "|"
+    rule = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1))
+            for w, a in zip(widths, align, strict=True)
+        )
+        + "|"
+    )
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])

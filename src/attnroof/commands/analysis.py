@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from attnroof import render
-from attnroof.analysis import Comparison, softmax_share, stage_json, sweep
+from attnroof.analysis import Comparison, attention_crossover, softmax_share, stage_json, sweep
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -27,14 +28,26 @@ DEFAULT_SWEEP = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 
 
 def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
-    p.add_argument("-s", "--seq", dest="s", type=positive_int, required=s_required, metavar="S", help="sequence length (8192 or 8k)")
-    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+    p.add_argument(
+        "-s",
+        "--seq",
+        dest="s",
+        type=positive_int,
+        required=s_required,
+        metavar="S",
+        help="sequence length (8192 or 8k)",
+    )
+    p.add_argument(
+        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
+    )
 
 
 def _heads_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
     p.add_argument("--heads", type=positive_int, default=1, help="query heads (default 1)")
-    p.add_argument("--group", type=positive_int, default=1, metavar="G", help="query heads per KV head, GQA (default 1)")
+    p.add_argument(
+        "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head, GQA (default 1)"
+    )
 
 
 def _softmax_arg(p: argparse.ArgumentParser) -> None:
@@ -63,7 +76,10 @@ def _comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
         "",
         f"FLOPs {render.flops(cmp.flops)} (softmax {render.pct(softmax_share(u.cost))})",
         "",
-        table(render.PLACEMENT_HEADERS, [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)]),
+        table(
+            render.PLACEMENT_HEADERS,
+            [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)],
+        ),
         "",
         f"traffic unfused/fused: {render.num(cmp.traffic_ratio)}×   speedup ceiling from fusion: {render.num(cmp.speedup_ceiling)}×",
         "",
@@ -117,8 +133,12 @@ def _shape_json(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _decode_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length")
-    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+    p.add_argument(
+        "-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length"
+    )
+    p.add_argument(
+        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
+    )
     _heads_args(p)
     _softmax_arg(p)
     add_device_args(p)
@@ -147,7 +167,14 @@ def _decode_run(args: argparse.Namespace) -> int:
 
 
 def _linear_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--tokens", dest="n", type=positive_int, required=True, help="tokens (batch × sequence) through the layer")
+    p.add_argument(
+        "-n",
+        "--tokens",
+        dest="n",
+        type=positive_int,
+        required=True,
+        help="tokens (batch × sequence) through the layer",
+    )
     p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
     p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
     p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
@@ -192,7 +219,9 @@ def _linear_run(args: argparse.Namespace) -> int:
     if cross.never:
         print(f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})")
     else:
-        print(f"compute-bound from n = {cross.s_min} tokens (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})")
+        print(
+            f"compute-bound from n = {cross.s_min} tokens (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
+        )
     return 0
 
 
@@ -200,8 +229,18 @@ def _linear_run(args: argparse.Namespace) -> int:
 
 
 def _sweep_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
-    p.add_argument("-s", "--seq", dest="s", type=int_list, default=DEFAULT_SWEEP, metavar="LIST", help="sequence lengths: 512,1024 or 512..131072 (powers of two)")
+    p.add_argument(
+        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
+    )
+    p.add_argument(
+        "-s",
+        "--seq",
+        dest="s",
+        type=int_list,
+        default=DEFAULT_SWEEP,
+        metavar="LIST",
+        help="sequence lengths: 512,1024 or 512..131072 (powers of two)",
+    )
     p.add_argument("--causal", action="store_true", help="causal mask")
     _softmax_arg(p)
     add_device_args(p)
@@ -210,10 +249,17 @@ def _sweep_setup(p: argparse.ArgumentParser) -> None:
 
 def _sweep_run(args: argparse.Namespace) -> int:
     dev, dt, roof = roof_from_args(args)
-    res = sweep(args.s, args.d, roof, causal=args.causal, itemsize=dt.itemsize, softmax_flops_per_element=args.softmax_flops)
-    rows = []
+    res = sweep(
+        args.s,
+        args.d,
+        roof,
+        causal=args.causal,
+        itemsize=dt.itemsize,
+        softmax_flops_per_element=args.softmax_flops,
+    )
+    rows: list[dict[str, Any]] = []
     for i, s in enumerate(args.s):
-        row: dict[str, object] = {"s": s}
+        row: dict[str, Any] = {"s": s}
         for label in ("unfused", "fused"):
             r = res[label]
             row[label] = {
@@ -227,7 +273,16 @@ def _sweep_run(args: argparse.Namespace) -> int:
             }
         rows.append(row)
     if args.json:
-        emit_json({"device": dev.name, "dtype": dt.name, "d": args.d, "causal": args.causal, "ridge": roof.ridge, "rows": rows})
+        emit_json(
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                "d": args.d,
+                "causal": args.causal,
+                "ridge": roof.ridge,
+                "rows": rows,
+            }
+        )
         return 0
     mask = " causal" if args.causal else ""
     print(f"attention{mask} sweep, d={args.d}")
@@ -245,7 +300,11 @@ def _sweep_run(args: argparse.Namespace) -> int:
         ]
         for r in rows
     ]
-    print(table(["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"], body, "rrrllrr"))
+    print(
+        table(
+            ["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"], body, "rrrllrr"
+        )
+    )
     return 0
 
 
@@ -253,32 +312,28 @@ def _sweep_run(args: argparse.Namespace) -> int:
 
 
 def _crossover_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension")
+    p.add_argument(
+        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
+    )
     p.add_argument("--causal", action="store_true", help="causal mask")
     _softmax_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
 
-def crossovers(d: int, roof, *, causal: bool, itemsize: float, softmax_flops_per_element: float) -> dict:
-    """Exact crossover of unfused and fused attention on ``roof`` (sympy; imported here)."""
-    from attnroof.solve import crossover
-
-    out = {}
-    for label, fused in (("unfused", False), ("fused", True)):
-        out[label] = crossover(
-            lambda s, fused=fused: attention(
-                s, d, fused=fused, causal=causal, itemsize=itemsize, softmax_flops_per_element=softmax_flops_per_element
-            ).intensity,
-            roof.peak_flops_per_s,
-            roof.bandwidth_bytes_per_s,
-        )
-    return out
-
-
 def _crossover_run(args: argparse.Namespace) -> int:
     dev, dt, roof = roof_from_args(args)
-    res = crossovers(args.d, roof, causal=args.causal, itemsize=dt.itemsize, softmax_flops_per_element=args.softmax_flops)
+    res = {
+        label: attention_crossover(
+            args.d,
+            roof,
+            fused=fused,
+            causal=args.causal,
+            itemsize=dt.itemsize,
+            softmax_flops_per_element=args.softmax_flops,
+        )
+        for label, fused in (("unfused", False), ("fused", True))
+    }
     if args.json:
         emit_json(
             {
@@ -297,10 +352,13 @@ def _crossover_run(args: argparse.Namespace) -> int:
     print(render.device_line(dev, roof))
     for label, c in res.items():
         print()
-        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {c.limit_exact}")
+        limit = c.limit_exact if c.limit_intensity is not None else "∞ (unbounded)"
+        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {limit}")
         print(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
         if c.never:
-            print(f"  never: no positive s reaches the ridge; I stays below its supremum {render.num(c.limit_intensity)} FLOP/byte")
+            print(
+                f"  never: no positive s reaches the ridge; I stays below its supremum {render.num(c.limit_intensity)} FLOP/byte"
+            )
         else:
             print(f"  compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})")
     return 0
@@ -310,7 +368,9 @@ def _crossover_run(args: argparse.Namespace) -> int:
 
 
 def _footprint_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length")
+    p.add_argument(
+        "-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length"
+    )
     p.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
     p.add_argument("--heads", type=positive_int, default=1, help="heads (default 1)")
     p.add_argument("--layers", type=positive_int, default=1, help="layers whose scores are kept (default 1)")
@@ -324,7 +384,14 @@ def _footprint_run(args: argparse.Namespace) -> int:
 
     dt = dtype(args.dtype)
     dev = get_device(args.device).with_overrides(dt, capacity_bytes=args.capacity)
-    fp = footprint(args.s, itemsize=dt.itemsize, batch=args.batch, heads=args.heads, layers=args.layers, capacity_bytes=dev.capacity_bytes)
+    fp = footprint(
+        args.s,
+        itemsize=dt.itemsize,
+        batch=args.batch,
+        heads=args.heads,
+        layers=args.layers,
+        capacity_bytes=dev.capacity_bytes,
+    )
     if args.json:
         emit_json({"device": dev.name, "dtype": dt.name, **fp.to_json()})
         return 0
@@ -334,16 +401,36 @@ def _footprint_run(args: argparse.Namespace) -> int:
         print(f"{dev.name} has no capacity in the catalog; pass --capacity to compare")
     else:
         verdict = "fits" if fp.fits else "does NOT fit"
-        print(f"{render.pct(fp.fraction_of_capacity)} of {dev.name}'s {render.nbytes(fp.capacity_bytes)}: {verdict}")
+        print(
+            f"{render.pct(fp.fraction_of_capacity)} of {dev.name}'s {render.nbytes(fp.capacity_bytes)}: {verdict}"
+        )
         print(f"largest s whose scores fit: {fp.s_max_fits}")
     return 0
 
 
 COMMANDS = (
-    Command("attention", "attention forward, unfused vs fused, on a device", _attention_setup, _attention_run, 10),
-    Command("sweep", "intensity and verdict over sequence lengths (the C4 table)", _sweep_setup, _sweep_run, 20),
-    Command("crossover", "exact sequence length where attention turns compute-bound", _crossover_setup, _crossover_run, 30),
-    Command("decode", "one token against a KV cache, with grouped-query attention", _decode_setup, _decode_run, 40),
+    Command(
+        "attention", "attention forward, unfused vs fused, on a device", _attention_setup, _attention_run, 10
+    ),
+    Command(
+        "sweep", "intensity and verdict over sequence lengths (the C4 table)", _sweep_setup, _sweep_run, 20
+    ),
+    Command(
+        "crossover",
+        "exact sequence length where attention turns compute-bound",
+        _crossover_setup,
+        _crossover_run,
+        30,
+    ),
+    Command(
+        "decode", "one token against a KV cache, with grouped-query attention", _decode_setup, _decode_run, 40
+    ),
     Command("linear", "a linear layer over n tokens: the batching argument", _linear_setup, _linear_run, 50),
-    Command("footprint", "bytes of the materialised score matrices vs device memory", _footprint_setup, _footprint_run, 60),
+    Command(
+        "footprint",
+        "bytes of the materialised score matrices vs device memory",
+        _footprint_setup,
+        _footprint_run,
+        60,
+    ),
 )

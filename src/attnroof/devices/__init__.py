@@ -20,6 +20,7 @@ A device file::
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import tomllib
@@ -73,6 +74,8 @@ class Device:
     kind: str = ""
     origin: str = field(default="", compare=False)
     """Where this record was read from (the catalog, a file path)."""
+    overridden: tuple[str, ...] = ()
+    """Fields replaced on the command line (``peak_flops_per_s.bf16``, ``bandwidth_bytes_per_s``, ...)."""
 
     def peak(self, dt: str | DType) -> float:
         """Dense peak FLOP/s for ``dt``; :class:`MissingPeak` when the device has no such figure."""
@@ -112,7 +115,8 @@ class Device:
             changes["capacity_bytes"] = float(capacity_bytes)
         if not changes:
             return self
-        return replace(self, **changes, name=self.name + " (overridden)", source=self.source)
+        labels = [f"peak_flops_per_s.{dtype(dt).name}" if k == "peak_flops_per_s" else k for k in changes]
+        return replace(self, **changes, overridden=(*self.overridden, *labels))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +132,7 @@ class Device:
             "sparse_headline": self.sparse_headline,
             "notes": self.notes,
             "source": self.source,
+            "overridden": list(self.overridden),
         }
 
 
@@ -137,8 +142,8 @@ class Device:
 def _check_rate(what: str, value: Any, unit: str, example: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DeviceFileError(f"{what} = {value!r} is not a number ({unit})")
-    if value <= 0:
-        raise DeviceFileError(f"{what} = {value!r} must be positive ({unit})")
+    if not math.isfinite(value) or value <= 0:
+        raise DeviceFileError(f"{what} = {value!r} must be a positive, finite number ({unit})")
     if value < MIN_PLAUSIBLE_RATE:
         raise DeviceFileError(
             f"{what} = {value!r} {unit} is implausibly small: figures are in {unit}, "
@@ -149,8 +154,8 @@ def _check_rate(what: str, value: Any, unit: str, example: str) -> None:
 def _check_capacity(what: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DeviceFileError(f"{what} = {value!r} is not a number (bytes)")
-    if value <= 0:
-        raise DeviceFileError(f"{what} = {value!r} must be positive (bytes)")
+    if not math.isfinite(value) or value <= 0:
+        raise DeviceFileError(f"{what} = {value!r} must be a positive, finite number (bytes)")
     if value < MIN_PLAUSIBLE_CAPACITY:
         raise DeviceFileError(
             f"{what} = {value!r} bytes is implausibly small: capacity is in bytes, not GB "
@@ -163,12 +168,14 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
     where = f"{origin}: " if origin else ""
     label = record.get("name", "<unnamed>")
     at = f"{where}device {label!r}: "
+    unknown = sorted(set(record) - set(_REQUIRED) - _OPTIONAL)
+    if unknown:  # before the required fields, so that a misspelt one is named as such
+        close = difflib.get_close_matches(unknown[0], [*_REQUIRED, *sorted(_OPTIONAL)], n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise DeviceFileError(f"{at}unknown field {unknown[0]!r}{hint}")
     for key in _REQUIRED:
         if key not in record:
             raise DeviceFileError(f"{at}missing required field {key!r}")
-    unknown = sorted(set(record) - set(_REQUIRED) - _OPTIONAL)
-    if unknown:
-        raise DeviceFileError(f"{at}unknown field {unknown[0]!r}")
     name = record["name"]
     if not isinstance(name, str) or not name.strip():
         raise DeviceFileError(f"{where}field 'name' must be a non-empty string, got {name!r}")
@@ -190,7 +197,12 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         if key in record:
             if key == "capacity_bytes":
                 _wrap(at, _check_capacity, key, record[key])
-            elif not isinstance(record[key], int | float) or record[key] <= 0:
+            elif (
+                isinstance(record[key], bool)
+                or not isinstance(record[key], int | float)
+                or not math.isfinite(record[key])
+                or record[key] <= 0
+            ):
                 raise DeviceFileError(f"{at}{key} = {record[key]!r} must be a positive number of bytes")
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
@@ -304,10 +316,22 @@ def user_devices(env: Mapping[str, str] | None = None) -> list[Device]:
 
 def catalog(env: Mapping[str, str] | None = None) -> list[Device]:
     """Built-in devices, with the user's devices added; a user device replaces a built-in one of
-    the same name or alias."""
+    the same name or alias, and takes over the built-in's other names (so a user's "H100 SXM"
+    is also what ``h100`` finds)."""
     users = user_devices(env)
-    taken = {_key(label) for dev in users for label in (dev.name, *dev.aliases)}
-    kept = [d for d in builtin_devices() if not taken & {_key(x) for x in (d.name, *d.aliases)}]
+    owner = {_key(label): i for i, dev in enumerate(users) for label in (dev.name, *dev.aliases)}
+    inherited: dict[int, list[str]] = {}
+    kept = []
+    for d in builtin_devices():
+        labels = (d.name, *d.aliases)
+        heirs = [owner[_key(x)] for x in labels if _key(x) in owner]
+        if not heirs:
+            kept.append(d)
+            continue
+        free = [x for x in labels if _key(x) not in owner]
+        inherited.setdefault(heirs[0], []).extend(free)
+        owner.update({_key(x): heirs[0] for x in free})
+    users = [replace(u, aliases=(*u.aliases, *inherited.get(i, ()))) for i, u in enumerate(users)]
     return kept + users
 
 

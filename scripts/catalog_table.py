@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""The built-in device catalog as a Markdown table, generated from ``catalog.toml``.
+
+    python scripts/catalog_table.py            # print the table
+    python scripts/catalog_table.py --write    # rewrite it into README.md between the markers
+    python scripts/catalog_table.py --check    # exit 1 if README.md's table is out of date
+
+The table is the one ``attnroof devices`` prints, for the packaged catalog only (``$ATTNROOF_DEVICES``
+is ignored), so the README never carries a figure by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+BEGIN = "<!-- catalog:begin -->"
+END = "<!-- catalog:end -->"
+
+sys.path.insert(0, str(ROOT / "src"))
+
+from attnroof.commands.devices import catalog_table  # noqa: E402
+from attnroof.devices import builtin_devices  # noqa: E402
+
+
+def markdown_table() -> str:
+    """The table of the packaged catalog: peak bf16 TFLOP/s, TB/s, GB and ridge per device."""
+    return catalog_table(builtin_devices())
+
+
+def splice(text: str, table: str) -> str:
+    """``text`` with everything between the BEGIN and END markers replaced by ``table``."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md lacks the markers {BEGIN} ... {END}")
+    return text[: start + len(BEGIN)] + "\n" + table + "\n" + text[end:]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite README.md between the markers")
+    mode.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date")
+    args = p.parse_args(argv)
+    table = markdown_table()
+    if not (args.write or args.check):
+        print(table)
+        return 0
+    text = README.read_text(encoding="utf-8")
+    try:
+        new = splice(text, table)
+    except ValueError as e:
+        print(f"catalog_table: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        if new != text:
+            print("catalog_table: README.md is out of date; run it with --write", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        README.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

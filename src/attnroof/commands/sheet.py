@@ -1,0 +1,89 @@
+"""attnroof sheet: the whole worked analysis for a device and shape."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnroof.commands._common import (
+    Command,
+    add_device_args,
+    add_json_arg,
+    emit_json,
+    nonnegative_number,
+    positive_int,
+    roof_from_args,
+)
+from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-s",
+        "--seq",
+        dest="s",
+        type=positive_int,
+        default=8192,
+        metavar="S",
+        help="sequence length (default 8192)",
+    )
+    p.add_argument(
+        "-d",
+        "--head-dim",
+        dest="d",
+        type=positive_int,
+        default=128,
+        metavar="D",
+        help="head dimension (default 128)",
+    )
+    p.add_argument(
+        "--batch", type=positive_int, default=8, help="batch for footprint and batching (default 8)"
+    )
+    p.add_argument(
+        "--heads", type=positive_int, default=32, help="heads for footprint and batching (default 32)"
+    )
+    p.add_argument("--layers", type=positive_int, default=80, help="layers for the footprint (default 80)")
+    p.add_argument("--group", type=positive_int, default=8, help="GQA group to highlight (default 8)")
+    p.add_argument(
+        "--softmax-flops",
+        type=nonnegative_number,
+        default=SOFTMAX_FLOPS_PER_ELEMENT,
+        metavar="X",
+        help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT})",
+    )
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from attnroof.sheet import build_sheet, render_sheet
+
+    dev, dt, _ = roof_from_args(args)
+    sh = build_sheet(
+        dev,
+        dt,
+        s=args.s,
+        d=args.d,
+        batch=args.batch,
+        heads=args.heads,
+        layers=args.layers,
+        group=args.group,
+        softmax_flops_per_element=args.softmax_flops,
+    )
+    if args.json:
+        emit_json(sh.to_json())
+    else:
+        print(render_sheet(sh), end="")
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "sheet",
+        "the whole worked analysis (parts A–F) as Markdown",
+        _setup,
+        _run,
+        0,
+        "The worked analysis of attention on a device: work, traffic, intensity, ridge and crossovers, "
+        "footprint, causal, decode, GQA and batching. Device R and s=8192, d=128 by default.",
+    ),
+)
