@@ -314,6 +314,7 @@ def test_cli_plot_png_with_measured_and_ceilings(cli, tmp_path, measured_file, c
         (["-o", "c.png", "--dtype", "bf16,fp16", "--peak-flops", "900T"], "--peak-flops"),
         (["-o", "no/such/dir/c.png"], "no/such/dir"),
         (["-o", "c.png", "--no-attention"], "nothing to plot"),
+        (["-o", "c.png", "--tokens", "1,8"], "--linear"),
     ],
 )
 def test_cli_plot_bad_input_is_one_line(cli, tmp_path, args, needle):
@@ -460,9 +461,8 @@ def test_report_is_self_contained(report_file):
 
 def test_report_default_sheet_for_the_same_shape(tmp_path, cli):
     pytest.importorskip("attnroof.sheet", reason="the sheet module is on main, not merged here yet")
-    from attnroof.sheet import sheet_markdown
-
     from attnroof.dtypes import dtype
+    from attnroof.sheet import sheet_markdown
 
     out = tmp_path / "r.html"
     r = cli("report", "-o", str(out), "-s", "4096", "--json")

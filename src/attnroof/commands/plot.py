@@ -133,6 +133,7 @@ def _plot_run(args: argparse.Namespace) -> int:
         raise InputError(
             f"-o {args.output!r}: unknown image format {suffix or '(no suffix)'!r}; use .png, .svg or .pdf"
         )
+    require(args.tokens is None or args.linear is not None, "--tokens needs --linear K,M")
     plot = _load_plot()
     from attnroof.plot.series import DEFAULT_N, DEFAULT_S
 

@@ -60,14 +60,17 @@ TRAJECTORY_COLOURS = {
 MARKERS = {"attention": "o", "decode": "^", "linear": "s"}
 DECODE_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray")
 MEASURED_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-BELOW, ABOVE = 0, 1
-LABEL_SIDES = (BELOW, ABOVE, ABOVE, BELOW)
+BELOW, ABOVE, FAR_BELOW, FAR_ABOVE = 0, 1, 2, 3
+LABEL_SIDES = (BELOW, ABOVE, ABOVE, BELOW, FAR_BELOW, FAR_ABOVE)
 """Which side of its line each trajectory's size labels go, cycled: two trajectories through the
-same spot (unfused and causal unfused; fused at s and causal fused at 2s) label on opposite sides."""
+same spot (unfused and causal unfused; fused at s and causal fused at 2s) label on opposite sides,
+and a fifth or sixth one (a linear layer) a line further out."""
 LABEL_OFFSETS = {
     # side: (on the bandwidth slope, on the flat compute roof); (dx, dy) points and alignment
     BELOW: ((7, -11, "left"), (0, -13, "center")),
     ABOVE: ((-7, 3, "right"), (0, 6, "center")),
+    FAR_BELOW: ((9, -21, "left"), (0, -23, "center")),
+    FAR_ABOVE: ((-9, 12, "right"), (0, 15, "center")),
 }
 
 
