@@ -19,6 +19,8 @@ import pytest
 
 from attnroof import Roof, attention, decode, linear
 from attnroof.devices import device_from_record, get_device
+from attnroof.dtypes import dtype
+from attnroof.sheet import sheet_markdown
 from conftest import SRC, assert_one_line_error
 
 pytest.importorskip("matplotlib")
@@ -459,17 +461,17 @@ def test_report_is_self_contained(report_file):
     assert len(ids) == len(set(ids))  # two inline charts, no clashing ids
 
 
-def test_report_default_sheet_for_the_same_shape(tmp_path, cli):
-    pytest.importorskip("attnroof.sheet", reason="the sheet module is on main, not merged here yet")
-    from attnroof.dtypes import dtype
-    from attnroof.sheet import sheet_markdown
-
+def test_cli_report_holds_the_sheet_for_the_same_shape(tmp_path, cli):
     out = tmp_path / "r.html"
-    r = cli("report", "-o", str(out), "-s", "4096", "--json")
+    r = cli("report", "-o", str(out), "-s", "4096", "--device", "h100", "--json")
     assert r.returncode == 0, r.stderr
+    assert r.json()["output"] == str(out) and r.json()["device"] == "H100 SXM"
     text = out.read_text(encoding="utf-8")
-    sheet = sheet_markdown(get_device("R"), dtype("bf16"), s=4096)
-    assert to_html(sheet, heading_offset=1) in text
+    sheet = sheet_markdown(get_device("h100"), dtype("bf16"), s=4096)
+    assert to_html(sheet, heading_offset=1) in text  # the worked analysis, whole
+    assert text.count("<svg") == 2 and "<table>" in text and "<script" not in text
+    ids = re.findall(r'\bid="([^"]+)"', text)
+    assert len(ids) == len(set(ids))
 
 
 def _chromium() -> str | None:
@@ -492,10 +494,12 @@ CHROMIUM_FLAGS = [
 ]
 
 
-def test_report_renders_in_headless_chromium(tmp_path, report_file):
+def test_report_renders_in_headless_chromium(tmp_path, measured_file, ceilings_file):
     browser = _chromium()
     if browser is None:
         pytest.skip("Chromium is not installed (apt-get install chromium)")
+    report_file = tmp_path / "report.html"  # the real sheet, measured points and ceilings
+    report_file.write_text(report_html("R", "bf16", measured=measured_file, ceilings=ceilings_file), encoding="utf-8")
     url = report_file.resolve().as_uri()
     shot = tmp_path / "shot.png"
     common = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
