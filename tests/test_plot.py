@@ -262,6 +262,20 @@ def test_pdf_and_unknown_suffix(tmp_path):
         save_figure(fig, tmp_path / "r.gif")
 
 
+def test_report_rings_its_shape_and_figures_show_in_notebooks():
+    from attnroof.plot.chart import mark_shape
+    from attnroof.plot.series import trajectories
+
+    trajs = trajectories(R, d=D, causal=True)
+    fig = roofline_figure("R", "bf16", d=D, causal=True)
+    mark_shape(fig, trajs, 8192, "s = 8192")
+    ring = _by_gid(fig, "shape-8192").get_offsets()
+    expected = [_model_xy(attention(8192, D, fused=f, causal=c))[0] for c in (False, True) for f in (False, True)]
+    np.testing.assert_allclose(ring, expected)
+    assert fig.legends[-1].get_texts()[-1].get_text() == "s = 8192" and len(fig.legends) == 1
+    assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"  # no pyplot needed to display it
+
+
 def test_inline_svg_has_no_prolog_and_prefixed_ids():
     svg = figure_svg(roofline_figure("R", "bf16", d=D), "c1-")
     assert svg.startswith("<svg") and "<?xml" not in svg and "DOCTYPE" not in svg

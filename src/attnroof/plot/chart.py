@@ -36,6 +36,7 @@ FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 """File suffix → format matplotlib writes."""
 
 PNG_DPI = 150
+NOTEBOOK_DPI = 100
 FIGSIZE = (11.0, 6.5)
 """Inches: wide enough for the legend beside the axes."""
 
@@ -72,6 +73,48 @@ LABEL_OFFSETS = {
     FAR_BELOW: ((9, -21, "left"), (0, -23, "center")),
     FAR_ABOVE: ((-9, 12, "right"), (0, 15, "center")),
 }
+
+
+class RooflineFigure(Figure):
+    """A matplotlib Figure that shows itself in a notebook even when pyplot was never imported."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=NOTEBOOK_DPI)
+        return buf.getvalue()
+
+
+def mark_shape(fig: Figure, trajs: Sequence[Trajectory], size: int, text: str) -> None:
+    """Ring the point at sequence length ``size`` of every trajectory over s (the shape a report
+    is about), and add ``text`` to the legend."""
+    ax = fig.axes[0]
+    pts = [
+        (t.intensity[i], t.attainable[i])
+        for t in trajs
+        if t.variable == "s"
+        for i, n in enumerate(t.sizes)
+        if n == size
+    ]
+    if pts:
+        xy = np.array(pts)
+        ax.scatter(
+            xy[:, 0],
+            xy[:, 1],
+            s=160,
+            facecolor="none",
+            edgecolor="black",
+            lw=1.2,
+            zorder=8,
+            gid=f"shape-{size}",
+            label=text,
+        )
+        handles, labels = ax.get_legend_handles_labels()
+        if fig.legends:
+            legend = fig.legends[0]
+            handles = [*legend.legend_handles, handles[-1]]
+            labels = [*(t.get_text() for t in legend.get_texts()), text]
+            legend.remove()
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8.5, frameon=False)
 
 
 def _colour(traj: Trajectory, i_decode: int) -> str:
@@ -148,7 +191,7 @@ def draw_roofline(
     each measured point linked to the model's point for its shape on ``model_device``."""
     if not roofs:
         raise InputError("a roofline chart needs at least one roof (a dtype)")
-    fig = Figure(figsize=figsize, layout="constrained")
+    fig = RooflineFigure(figsize=figsize, layout="constrained")
     ax = fig.add_subplot()
     ax.set_xscale("log")
     ax.set_yscale("log")

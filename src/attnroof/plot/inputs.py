@@ -71,9 +71,11 @@ class Measured:
 
     def shape_text(self) -> str:
         """``s=4096 d=128 batch=1 heads=8 causal`` — the shape as a short label."""
-        return " ".join(
-            (k if v else "") if isinstance(v, bool) else f"{k}={v}" for k, v in self.shape.items()
-        ).strip().replace("  ", " ")
+        return (
+            " ".join((k if v else "") if isinstance(v, bool) else f"{k}={v}" for k, v in self.shape.items())
+            .strip()
+            .replace("  ", " ")
+        )
 
 
 def _read_text(path: str | Path, what: str) -> str:

@@ -14,7 +14,7 @@ from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import AttnroofError, InputError
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
-from attnroof.plot.chart import draw_roofline, figure_svg
+from attnroof.plot.chart import draw_roofline, figure_svg, mark_shape
 from attnroof.plot.inputs import (
     DECODE_KINDS,
     LINEAR_KINDS,
@@ -174,6 +174,7 @@ def report_html(
         ceilings=ceil,
         title=f"{dev.name} ({dty.name}): attention prefill over sequence length, d={d}",
     )
+    mark_shape(fig1, prefill, s, f"this report's shape, s = {s}")
     hidden = heads * d
     groups = sorted({1, group})
     other = trajectories(
@@ -196,6 +197,7 @@ def report_html(
         title=f"{dev.name} ({dty.name}): decode (GQA g={', '.join(map(str, groups))}) "
         f"and a {hidden}×{hidden} linear layer",
     )
+    mark_shape(fig2, other, s, f"this report's shape, s = {s}")
     cap1 = (
         f"Unfused attention saturates below the ridge ({render.num(roof.ridge)} FLOP/byte) however long the "
         "sequence; fused attention climbs through it, linearly in s. Dashed: causal. Points are labelled "
