@@ -218,10 +218,19 @@ def test_measured_ceilings_beside_the_catalogs(ceilings_file):
     _by_gid(fig, "roof-bf16")  # the catalog's roof is still there
 
 
-def test_read_measured_skips_failed_runs(measured_file):
+def test_read_measured_skips_failed_runs_and_ceiling_probes(tmp_path, measured_file):
     rows = read_measured(measured_file)
     assert [m.impl for m in rows] == ["eager", "sdpa-flash", "sdpa", "torch.mm"]
     assert [m.is_fused for m in rows[:2]] == [False, True]
+    # what attnroof measure writes: every key present (None where it does not apply), the model
+    # named, and the ceiling probes in the same file
+    probe = {**dict.fromkeys(MEASURED[0]), "kind": "ceiling", "impl": "read", "status": "ok", "flops": 0}
+    math_ = {**MEASURED[0], "impl": "sdpa-math", "model": "unfused", "reason": None, "ncu_bytes": None}
+    named = {**MEASURED[1], "impl": "my-kernel", "model": "unfused"}
+    path = tmp_path / "measure.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in (probe, math_, named)), encoding="utf-8")
+    rows = read_measured(path)
+    assert [(m.impl, m.is_fused) for m in rows] == [("sdpa-math", False), ("my-kernel", False)]
 
 
 # ---------------------------------------------------------------- files

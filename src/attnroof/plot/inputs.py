@@ -36,6 +36,10 @@ OK = "ok"
 NUMERIC_KEYS = ("time_s", "flops", "bytes", "intensity", "achieved_flops_per_s")
 REQUIRED_KEYS = ("kind", "impl", "shape", "dtype", "status", *NUMERIC_KEYS)
 
+CEILING_KIND = "ceiling"
+"""Records of the ceiling probes (read, write, copy, matmul) that ``attnroof measure`` keeps in the
+results file; their figures are the ceilings file's, not operator points."""
+
 ATTENTION_KINDS = frozenset({"attention", "prefill", "sdpa"})
 DECODE_KINDS = frozenset({"decode"})
 LINEAR_KINDS = frozenset({"linear", "gemm", "matmul"})
@@ -43,7 +47,8 @@ LINEAR_KINDS = frozenset({"linear", "gemm", "matmul"})
 UNFUSED_IMPL_WORDS = ("eager", "unfused", "naive", "manual", "math")
 """An implementation whose name holds one of these materialises the score matrix (the spec's three
 kernels; PyTorch's SDPA "math" backend does too). Any other attention implementation is taken as
-fused, unless its line says ``"fused": false``."""
+fused, unless its line says otherwise: ``"model": "unfused"`` (as ``attnroof measure`` writes) or
+``"fused": false``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +106,12 @@ def _positive(value: Any, where: str, key: str) -> float:
 
 
 def parse_measured_line(record: Any, where: str) -> Measured | None:
-    """One results record, validated; ``None`` for a record whose status is not ``ok``."""
+    """One results record, validated; ``None`` for a record whose status is not ``ok`` and for a
+    ceiling measurement (a bandwidth or matmul probe, not an operator)."""
     if not isinstance(record, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if record.get("kind") == CEILING_KIND:
+        return None
     for key in REQUIRED_KEYS:
         if key not in record:
             if key != "status" and record.get("status", OK) != OK:
@@ -119,6 +127,8 @@ def parse_measured_line(record: Any, where: str) -> Measured | None:
     fused = record.get("fused")
     if fused is not None and not isinstance(fused, bool):
         raise InputError(f"{where}: fused = {fused!r} must be true or false")
+    if fused is None and record.get("model") in ("fused", "unfused"):
+        fused = record["model"] == "fused"
     nums = {k: _positive(record[k], where, k) for k in NUMERIC_KEYS}
     return Measured(
         kind=record["kind"],
