@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib import rc_context
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -32,10 +30,6 @@ from attnroof.plot.series import DEFAULT_N, DEFAULT_S, Trajectory, roof_polyline
 from attnroof.roofline import NEAR_RIDGE_FACTOR, Roof
 from attnroof.units import TFLOP_PER_S
 
-FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
-"""File suffix → format matplotlib writes."""
-
-PNG_DPI = 150
 NOTEBOOK_DPI = 100
 FIGSIZE = (11.0, 6.5)
 """Inches: wide enough for the legend beside the axes."""
@@ -111,7 +105,7 @@ def mark_shape(fig: Figure, trajs: Sequence[Trajectory], size: int, text: str) -
         handles, labels = ax.get_legend_handles_labels()
         if fig.legends:
             legend = fig.legends[0]
-            handles = [*legend.legend_handles, handles[-1]]
+            handles = [h for h in legend.legend_handles if h is not None] + [handles[-1]]
             labels = [*(t.get_text() for t in legend.get_texts()), text]
             legend.remove()
         fig.legend(handles, labels, loc="outside right upper", fontsize=8.5, frameon=False)
@@ -449,46 +443,3 @@ def roofline_figure(
         line.get_xydata()[0]   # s = 512: I = 517·512/1024 = 258.5 FLOP/byte, 258.5 · 4 TB/s = 1.034e15 FLOP/s
     """
     return chart_inputs(device, dtypes, **kwargs).draw()
-
-
-def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` to ``path``, the format taken from the suffix (.png, .svg, .pdf)."""
-    p = Path(path)
-    fmt = FORMATS.get(p.suffix.lower())
-    if fmt is None:
-        known = ", ".join(FORMATS)
-        raise InputError(f"-o {str(p)!r}: unknown image format {p.suffix or '(no suffix)'!r}; use {known}")
-    if not p.parent.is_dir():
-        raise InputError(f"-o {str(p)!r}: no such folder {str(p.parent)!r}")
-    try:
-        fig.savefig(p, format=fmt, dpi=PNG_DPI, metadata=_metadata(fmt))
-    except OSError as e:
-        raise InputError(f"-o {str(p)!r}: cannot write: {e.strerror or e}") from None
-    return p
-
-
-def _metadata(fmt: str) -> dict[str, Any]:
-    """No creation date in the file, so that a regenerated chart is byte-identical."""
-    if fmt == "svg":
-        return {"Date": None}
-    if fmt == "pdf":
-        return {"CreationDate": None}
-    return {}
-
-
-_SVG_START = re.compile(r"<svg\b")
-_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
-
-
-def figure_svg(fig: Figure, id_prefix: str = "") -> str:
-    """``fig`` as an ``<svg>`` element to inline in HTML: text kept as text, no XML prolog.
-    ``id_prefix`` keeps element ids unique when several charts share a page."""
-    buf = io.StringIO()
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": id_prefix or "attnroof"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    text = buf.getvalue()
-    match = _SVG_START.search(text)
-    svg = _METADATA.sub("", text[match.start() :] if match else text)
-    if id_prefix:
-        svg = re.sub(r'\b(id="|url\(#|href="#)', lambda m: m.group(1) + id_prefix, svg)
-    return svg

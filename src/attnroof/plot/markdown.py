@@ -227,7 +227,7 @@ def to_html(markdown: str, *, heading_offset: int = 0) -> str:
             out.append(_table(header, sep, rows))
             continue
         if _LIST_ITEM.match(line):
-            block = []
+            block: list[str] = []
             while i < n and lines[i].strip():
                 if (
                     block

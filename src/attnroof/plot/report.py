@@ -8,13 +8,15 @@ import html
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from attnroof import __version__, render
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import AttnroofError, InputError
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
-from attnroof.plot.chart import draw_roofline, figure_svg, mark_shape
+from attnroof.plot.chart import draw_roofline, mark_shape
+from attnroof.plot.files import figure_svg
 from attnroof.plot.inputs import (
     DECODE_KINDS,
     LINEAR_KINDS,
@@ -161,7 +163,7 @@ def report_html(
     meas = read_measured(measured) if isinstance(measured, str | Path) else list(measured or ())
     ceil = read_ceilings(ceilings) if isinstance(ceilings, str | Path) else list(ceilings or ())
     ceil = [r for r in ceil if r.dtype == dty.name]
-    kw = dict(itemsize=dty.itemsize, softmax_flops_per_element=softmax_flops_per_element)
+    kw: dict[str, Any] = dict(itemsize=dty.itemsize, softmax_flops_per_element=softmax_flops_per_element)
 
     s_values = sorted(set(DEFAULT_S) | {s})
     prefill = trajectories(roof, d=d, s_values=s_values, causal=True, **kw)
