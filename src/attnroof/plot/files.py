@@ -1,0 +1,62 @@
+"""Writing charts: an image file whose format is its suffix, or an SVG element to inline in HTML."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from matplotlib import rc_context
+from matplotlib.figure import Figure
+
+from attnroof.errors import InputError
+
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+"""File suffix → format matplotlib writes."""
+
+PNG_DPI = 150
+"""Pixels per inch of a PNG: 1650 × 975 pixels for the 11 × 6.5 in chart."""
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` to ``path``, the format taken from the suffix (.png, .svg, .pdf)."""
+    p = Path(path)
+    fmt = FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        known = ", ".join(FORMATS)
+        raise InputError(f"-o {str(p)!r}: unknown image format {p.suffix or '(no suffix)'!r}; use {known}")
+    if not p.parent.is_dir():
+        raise InputError(f"-o {str(p)!r}: no such folder {str(p.parent)!r}")
+    try:
+        fig.savefig(p, format=fmt, dpi=PNG_DPI, metadata=_metadata(fmt))
+    except OSError as e:
+        raise InputError(f"-o {str(p)!r}: cannot write: {e.strerror or e}") from None
+    return p
+
+
+def _metadata(fmt: str) -> dict[str, Any]:
+    """No creation date in the file, so that a regenerated chart is byte-identical."""
+    if fmt == "svg":
+        return {"Date": None}
+    if fmt == "pdf":
+        return {"CreationDate": None}
+    return {}
+
+
+_SVG_START = re.compile(r"<svg\b")
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
+
+
+def figure_svg(fig: Figure, id_prefix: str = "") -> str:
+    """``fig`` as an ``<svg>`` element to inline in HTML: text kept as text, no XML prolog.
+    ``id_prefix`` keeps element ids unique when several charts share a page."""
+    buf = io.StringIO()
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": id_prefix or "attnroof"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    match = _SVG_START.search(text)
+    svg = _METADATA.sub("", text[match.start() :] if match else text)
+    if id_prefix:
+        svg = re.sub(r'\b(id="|url\(#|href="#)', lambda m: m.group(1) + id_prefix, svg)
+    return svg

@@ -1,0 +1,239 @@
+"""Files the charts read: measured results (JSON lines) and measured ceilings (JSON).
+
+Both are written by ``attnroof measure``. Everything is in SI units: seconds, FLOPs, bytes,
+FLOP/byte, FLOP/s. A malformed file raises :class:`attnroof.errors.InputError` with one line
+that names the file, the line and the bad value.
+
+A results line::
+
+    {"kind": "attention", "impl": "sdpa-flash", "dtype": "bf16", "status": "ok",
+     "shape": {"s": 4096, "d": 128, "batch": 1, "heads": 8, "group": 1, "causal": false},
+     "time_s": 1.2e-4, "flops": 1.1e11, "bytes": 3.4e7, "intensity": 3.2e3,
+     "achieved_flops_per_s": 9.1e14}
+
+A ceilings file holds ``{"device": {"name": ..., "peak_flops_per_s": {"bf16": ...},
+"bandwidth_bytes_per_s": ...}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnroof.devices import Device
+from attnroof.dtypes import DType, dtype
+from attnroof.errors import InputError, MissingPeak
+from attnroof.ops import attention, decode, linear
+from attnroof.roofline import Roof
+
+OK = "ok"
+"""The status of a measurement that ran and whose output was correct: the only ones plotted."""
+
+NUMERIC_KEYS = ("time_s", "flops", "bytes", "intensity", "achieved_flops_per_s")
+REQUIRED_KEYS = ("kind", "impl", "shape", "dtype", "status", *NUMERIC_KEYS)
+
+CEILING_KIND = "ceiling"
+"""Records of the ceiling probes (read, write, copy, matmul) that ``attnroof measure`` keeps in the
+results file; their figures are the ceilings file's, not operator points."""
+
+ATTENTION_KINDS = frozenset({"attention", "prefill", "sdpa"})
+DECODE_KINDS = frozenset({"decode"})
+LINEAR_KINDS = frozenset({"linear", "gemm", "matmul"})
+
+UNFUSED_IMPL_WORDS = ("eager", "unfused", "naive", "manual", "math")
+"""An implementation whose name holds one of these materialises the score matrix (the spec's three
+kernels; PyTorch's SDPA "math" backend does too). Any other attention implementation is taken as
+fused, unless its line says otherwise: ``"model": "unfused"`` (as ``attnroof measure`` writes) or
+``"fused": false``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One measured kernel: what ran, on what shape, and how fast (SI units)."""
+
+    kind: str
+    impl: str
+    shape: Mapping[str, Any]
+    dtype: str
+    time_s: float
+    flops: float
+    bytes: float
+    intensity: float
+    achieved_flops_per_s: float
+    fused: bool | None = None
+
+    @property
+    def is_fused(self) -> bool:
+        """Fused (scores kept on chip) unless the line or the implementation's name says otherwise."""
+        if self.fused is not None:
+            return self.fused
+        name = self.impl.lower()
+        return not any(word in name for word in UNFUSED_IMPL_WORDS)
+
+    def shape_text(self) -> str:
+        """``s=4096 d=128 batch=1 heads=8 causal`` — the shape as a short label."""
+        return (
+            " ".join((k if v else "") if isinstance(v, bool) else f"{k}={v}" for k, v in self.shape.items())
+            .strip()
+            .replace("  ", " ")
+        )
+
+
+def _read_text(path: str | Path, what: str) -> str:
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise InputError(f"cannot read {what} {str(p)!r}: {reason}") from None
+
+
+def _number(value: Any, where: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InputError(f"{where}: {key} = {value!r} is not a finite number")
+    return float(value)
+
+
+def _positive(value: Any, where: str, key: str) -> float:
+    x = _number(value, where, key)
+    if x <= 0:
+        raise InputError(f"{where}: {key} = {value!r} must be positive")
+    return x
+
+
+def parse_measured_line(record: Any, where: str) -> Measured | None:
+    """One results record, validated; ``None`` for a record whose status is not ``ok`` and for a
+    ceiling measurement (a bandwidth or matmul probe, not an operator)."""
+    if not isinstance(record, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    if record.get("kind") == CEILING_KIND:
+        return None
+    for key in REQUIRED_KEYS:
+        if key not in record:
+            if key != "status" and record.get("status", OK) != OK:
+                continue  # a failed run need not carry its numbers
+            raise InputError(f"{where}: missing key {key!r}")
+    if record["status"] != OK:
+        return None
+    for key in ("kind", "impl", "dtype"):
+        if not isinstance(record[key], str) or not record[key]:
+            raise InputError(f"{where}: {key} = {record[key]!r} must be a non-empty string")
+    if not isinstance(record["shape"], dict):
+        raise InputError(f"{where}: shape = {record['shape']!r} must be an object")
+    fused = record.get("fused")
+    if fused is not None and not isinstance(fused, bool):
+        raise InputError(f"{where}: fused = {fused!r} must be true or false")
+    if fused is None and record.get("model") in ("fused", "unfused"):
+        fused = record["model"] == "fused"
+    nums = {k: _positive(record[k], where, k) for k in NUMERIC_KEYS}
+    return Measured(
+        kind=record["kind"],
+        impl=record["impl"],
+        shape=dict(record["shape"]),
+        dtype=record["dtype"],
+        fused=fused,
+        **nums,
+    )
+
+
+def read_measured(path: str | Path) -> list[Measured]:
+    """The ``ok`` measurements of a results file (JSON lines; blank lines ignored)."""
+    text = _read_text(path, "measured results")
+    out: list[Measured] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{where}: not valid JSON ({e.msg})") from None
+        m = parse_measured_line(record, where)
+        if m is not None:
+            out.append(m)
+    return out
+
+
+def parse_ceilings(doc: Any, where: str) -> list[Roof]:
+    """Measured roofs, one per dtype, from a ceilings document."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("device"), dict):
+        raise InputError(f"{where}: expected an object with a 'device' object")
+    dev = doc["device"]
+    name = dev.get("name", "measured")
+    if not isinstance(name, str):
+        raise InputError(f"{where}: device.name = {name!r} must be a string")
+    peaks = dev.get("peak_flops_per_s")
+    if not isinstance(peaks, dict) or not peaks:
+        raise InputError(f"{where}: device.peak_flops_per_s must be an object of dtype: FLOP/s")
+    if "bandwidth_bytes_per_s" not in dev:
+        raise InputError(f"{where}: missing key 'device.bandwidth_bytes_per_s'")
+    bandwidth = _positive(dev["bandwidth_bytes_per_s"], where, "device.bandwidth_bytes_per_s")
+    roofs = []
+    for key, value in peaks.items():
+        try:
+            dt = dtype(key)
+        except InputError as e:
+            raise InputError(f"{where}: device.peak_flops_per_s: {e}") from None
+        if value is None:
+            continue  # a dtype the measurement could not run
+        peak = _positive(value, where, f"device.peak_flops_per_s.{key}")
+        roofs.append(Roof(peak, bandwidth, name, dt.name))
+    return roofs
+
+
+def read_ceilings(path: str | Path) -> list[Roof]:
+    """The measured ceilings in ``path``, as one :class:`Roof` per dtype."""
+    text = _read_text(path, "ceilings file")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e.msg})") from None
+    return parse_ceilings(doc, str(path))
+
+
+def _int(shape: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = shape.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InputError(f"shape {dict(shape)}: {key} = {value!r} must be a positive integer")
+    return value
+
+
+def model_cost(m: Measured, dt: DType) -> Any:
+    """The model's :class:`~attnroof.cost.Cost` for the shape ``m`` ran, or ``None`` for a kind
+    the model has no formula for."""
+    kind = m.kind.lower()
+    shape = m.shape
+    if kind in LINEAR_KINDS:
+        return linear(_int(shape, "n"), _int(shape, "k"), _int(shape, "m"), itemsize=dt.itemsize)
+    if kind not in ATTENTION_KINDS | DECODE_KINDS:
+        return None
+    group = _int(shape, "group", 1)
+    heads = _int(shape, "heads", group)
+    if heads % group:
+        raise InputError(f"shape {dict(shape)}: heads = {heads} is not a multiple of group = {group}")
+    kw = dict(group=group, itemsize=dt.itemsize, batch=_int(shape, "batch", 1), kv_heads=heads // group)
+    if kind in DECODE_KINDS:
+        return decode(_int(shape, "s"), _int(shape, "d"), fused=m.is_fused, **kw)
+    return attention(
+        _int(shape, "s"), _int(shape, "d"), fused=m.is_fused, causal=bool(shape.get("causal", False)), **kw
+    )
+
+
+def model_point(m: Measured, device: Device) -> tuple[float, float] | None:
+    """The model's point for the shape ``m`` ran: (intensity FLOP/byte, attainable FLOP/s on the
+    device's catalog roof for ``m.dtype``); ``None`` when the model cannot place it (an unknown
+    kind or dtype, or no peak for that dtype)."""
+    try:
+        dt = dtype(m.dtype)
+        roof = Roof.of(device, dt)
+    except (InputError, MissingPeak):
+        return None
+    cost = model_cost(m, dt)
+    if cost is None:
+        return None
+    intensity = float(cost.intensity)
+    return intensity, float(roof.attainable(intensity))
