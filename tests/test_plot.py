@@ -279,7 +279,9 @@ def test_report_rings_its_shape_and_figures_show_in_notebooks():
     fig = roofline_figure("R", "bf16", d=D, causal=True)
     mark_shape(fig, trajs, 8192, "s = 8192")
     ring = _by_gid(fig, "shape-8192").get_offsets()
-    expected = [_model_xy(attention(8192, D, fused=f, causal=c))[0] for c in (False, True) for f in (False, True)]
+    expected = [
+        _model_xy(attention(8192, D, fused=f, causal=c))[0] for c in (False, True) for f in (False, True)
+    ]
     np.testing.assert_allclose(ring, expected)
     assert fig.legends[-1].get_texts()[-1].get_text() == "s = 8192" and len(fig.legends) == 1
     assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"  # no pyplot needed to display it
@@ -522,7 +524,9 @@ def test_report_renders_in_headless_chromium(tmp_path, measured_file, ceilings_f
     if browser is None:
         pytest.skip("Chromium is not installed (apt-get install chromium)")
     report_file = tmp_path / "report.html"  # the real sheet, measured points and ceilings
-    report_file.write_text(report_html("R", "bf16", measured=measured_file, ceilings=ceilings_file), encoding="utf-8")
+    report_file.write_text(
+        report_html("R", "bf16", measured=measured_file, ceilings=ceilings_file), encoding="utf-8"
+    )
     url = report_file.resolve().as_uri()
     shot = tmp_path / "shot.png"
     common = [browser, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
