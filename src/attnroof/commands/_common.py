@@ -101,14 +101,18 @@ def nonnegative_number(text: str) -> float:
 # ---------------------------------------------------------------- device flags
 
 
-def add_device_args(p: argparse.ArgumentParser, *, dtype_default: str = "bf16") -> None:
+def add_device_args(
+    p: argparse.ArgumentParser, *, dtype_default: str = "bf16", dtype_help: str | None = None
+) -> None:
     g = p.add_argument_group("device")
     g.add_argument(
         "--device",
         default=DEFAULT_DEVICE,
         help=f"catalog name or alias, or a device TOML file (default: {DEFAULT_DEVICE}, the spec's device)",
     )
-    g.add_argument("--dtype", default=dtype_default, help=f"element type (default: {dtype_default})")
+    g.add_argument(
+        "--dtype", default=dtype_default, help=dtype_help or f"element type (default: {dtype_default})"
+    )
     g.add_argument(
         "--peak-flops",
         type=positive_quantity,

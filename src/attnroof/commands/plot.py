@@ -121,10 +121,7 @@ def _plot_setup(p: argparse.ArgumentParser) -> None:
     )
     _inputs_args(p)
     _softmax_arg(p)
-    add_device_args(p)
-    for action in p._actions:
-        if action.dest == "dtype":
-            action.help = "element types, one roof each: bf16 or bf16,fp8 (default: bf16)"
+    add_device_args(p, dtype_help="element types, one roof each: bf16 or bf16,fp8 (default: bf16)")
     add_json_arg(p)
 
 
