@@ -35,6 +35,7 @@ def build_parser() -> Parser:
         prog="attnroof",
         description="Roofline analysis of attention and transformer operators.",
         epilog="Run 'attnroof sheet' for the whole worked analysis; 'attnroof COMMAND -h' for each command.",
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=18, width=100),
     )
     parser.add_argument("--version", action="version", version=f"attnroof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
