@@ -187,33 +187,11 @@ def _roof_json(roof: Any) -> dict[str, Any]:
 
 
 def _report_setup(p: argparse.ArgumentParser) -> None:
+    from attnroof.commands.sheet import add_sheet_args
+
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="HTML file to write")
-    p.add_argument(
-        "-s",
-        "--seq",
-        dest="s",
-        type=positive_int,
-        default=8192,
-        metavar="S",
-        help="sequence length (default 8192)",
-    )
-    p.add_argument(
-        "-d",
-        "--head-dim",
-        dest="d",
-        type=positive_int,
-        default=128,
-        metavar="D",
-        help="head dimension (default 128)",
-    )
-    p.add_argument("--batch", type=positive_int, default=8, help="sequences in the batch (default 8)")
-    p.add_argument("--heads", type=positive_int, default=32, help="query heads (default 32)")
-    p.add_argument("--layers", type=positive_int, default=80, help="layers (default 80)")
-    p.add_argument(
-        "--group", type=positive_int, default=8, metavar="G", help="query heads per KV head (default 8)"
-    )
+    add_sheet_args(p)
     _inputs_args(p)
-    _softmax_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -221,25 +199,15 @@ def _report_setup(p: argparse.ArgumentParser) -> None:
 def _report_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from attnroof.commands.sheet import sheet_kwargs
+
     if Path(args.output).suffix.lower() not in (".html", ".htm"):
         raise InputError(f"-o {args.output!r}: a report is HTML; name it with .html")
     require(args.heads % args.group == 0, f"--heads {args.heads} is not a multiple of --group {args.group}")
     plot = _load_plot()
     dev, dts = _device_and_dtypes(args)
     require(len(dts) == 1, f"--dtype {args.dtype!r}: a report is for one dtype")
-    text = plot.report_html(
-        dev,
-        dts[0],
-        s=args.s,
-        d=args.d,
-        batch=args.batch,
-        heads=args.heads,
-        layers=args.layers,
-        group=args.group,
-        softmax_flops_per_element=args.softmax_flops,
-        measured=args.measured,
-        ceilings=args.ceilings,
-    )
+    text = plot.report_html(dev, dts[0], **sheet_kwargs(args), measured=args.measured, ceilings=args.ceilings)
     path = plot.write_report(args.output, text)
     if args.json:
         emit_json(

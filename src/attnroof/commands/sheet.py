@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from attnroof.commands._common import (
     Command,
@@ -16,7 +17,9 @@ from attnroof.commands._common import (
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
 
 
-def _setup(p: argparse.ArgumentParser) -> None:
+def add_sheet_args(p: argparse.ArgumentParser) -> None:
+    """The shape of the worked analysis (also the HTML report's): s, d, batch, heads, layers,
+    group and the softmax convention."""
     p.add_argument(
         "-s",
         "--seq",
@@ -50,6 +53,23 @@ def _setup(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT})",
     )
+
+
+def sheet_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of :func:`attnroof.sheet.build_sheet` from ``add_sheet_args``' flags."""
+    return {
+        "s": args.s,
+        "d": args.d,
+        "batch": args.batch,
+        "heads": args.heads,
+        "layers": args.layers,
+        "group": args.group,
+        "softmax_flops_per_element": args.softmax_flops,
+    }
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    add_sheet_args(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -58,17 +78,7 @@ def _run(args: argparse.Namespace) -> int:
     from attnroof.sheet import build_sheet, render_sheet
 
     dev, dt, _ = roof_from_args(args)
-    sh = build_sheet(
-        dev,
-        dt,
-        s=args.s,
-        d=args.d,
-        batch=args.batch,
-        heads=args.heads,
-        layers=args.layers,
-        group=args.group,
-        softmax_flops_per_element=args.softmax_flops,
-    )
+    sh = build_sheet(dev, dt, **sheet_kwargs(args))
     if args.json:
         emit_json(sh.to_json())
     else:
