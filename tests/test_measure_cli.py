@@ -122,6 +122,23 @@ def test_measure_suite_quick_writes_jsonl_and_resumes(ceilings_file, tmp_path):
     assert res.returncode == 0, res.stderr
     assert "resuming: 3 cases" in res.stderr
     assert [json.loads(ln) for ln in out.read_text().splitlines()] == first
+    # without --resume, a file that holds measurements is never overwritten
+    assert_one_line_error(run_cli(*args, env=CPU), "already holds 3 measurements", "--resume")
+    assert [json.loads(ln) for ln in out.read_text().splitlines()] == first
+
+
+def test_single_measurements_are_appended_as_made(ceilings_file, tmp_path):
+    out = tmp_path / "m.jsonl"
+    common = ["--ceilings", str(ceilings_file), "-o", str(out)]
+    assert run_cli("measure", "linear", "-n", "4", "-k", "64", "-m", "64", *common, env=CPU).returncode == 0
+    res = run_cli("measure", "attention", "-s", "64", "-d", "16", "--impl", "eager,sdpa-math", *common, env=CPU)
+    assert res.returncode == 0, res.stderr
+    recs = [json.loads(ln) for ln in out.read_text().splitlines()]
+    assert [(r["kind"], r["impl"], r["status"]) for r in recs] == [
+        ("linear", "linear", "ok"),
+        ("attention", "eager", "ok"),
+        ("attention", "sdpa-math", "ok"),
+    ]
 
 
 def test_measure_ceilings_writes_a_device_file(tmp_path):

@@ -46,6 +46,15 @@ def _common(p: argparse.ArgumentParser, *, ceilings: bool = True) -> None:
     add_json_arg(p)
 
 
+def _append_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.jsonl",
+        help="also append each measurement to this JSON-lines file as soon as it is made",
+    )
+
+
 def _impl_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--impl", metavar="A,B", help="only these implementations, e.g. eager,sdpa-flash")
 
@@ -77,6 +86,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     _heads(p, group=False)
     p.add_argument("--causal", action="store_true", help="causal mask")
     _impl_arg(p)
+    _append_arg(p)
     _common(p)
 
 
@@ -89,6 +99,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     )
     _heads(p, group=True)
     _impl_arg(p)
+    _append_arg(p)
     _common(p)
 
 
@@ -98,6 +109,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
     p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
+    _append_arg(p)
     _common(p)
 
 
@@ -317,23 +329,40 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
     measured = _ceilings_for(dev, dt, given)
     from attnroof.measure.runner import measure_case
 
-    records = [measure_case(c, dev, measured=measured, catalog=catalog) for c in cases]
+    results = _results_file(args.output) if args.output else None
+    records = []
+    for c in cases:
+        rec = measure_case(c, dev, measured=measured, catalog=catalog)
+        if results is not None:
+            results.append(rec)  # on disk before the next case starts
+        records.append(rec)
     return _output(args, dev, measured, catalog, records, [_ncu(args, dev, records, cases)])
+
+
+def _results_file(path: str) -> Any:
+    """The JSON-lines results file at ``path``, with the measurements already in it loaded."""
+    from attnroof.measure.records import ResultsFile
+
+    try:
+        return ResultsFile(path, resume=True)
+    except OSError as e:
+        raise InputError(f"-o {path!r}: {e.strerror or e}") from None
 
 
 def _suite_run(args: argparse.Namespace) -> int:
     dt, catalog, given = _validate(args)
     impls = _impls(args, "suite")
     dev = _torch_device(args)
-    from attnroof.measure.records import ResultsFile
     from attnroof.measure.report import case_label
     from attnroof.measure.suite import plan_cases, run_suite
 
     cases = plan_cases(dev.device.type, quick=args.quick, dt=dt, impls=impls)
-    try:
-        results = ResultsFile(args.output, resume=args.resume)
-    except OSError as e:
-        raise InputError(f"-o {args.output!r}: {e.strerror or e}") from None
+    results = _results_file(args.output)
+    if not args.resume and results.records:
+        raise InputError(
+            f"-o {args.output!r} already holds {len(results.records)} measurements: pass --resume to "
+            "continue it, or name another file (nothing measured is overwritten)"
+        )
     skipped = len(results.done & {c.key for c in cases})
     if skipped:
         print(f"resuming: {skipped} cases already in {args.output}", file=sys.stderr)
