@@ -131,7 +131,9 @@ def test_single_measurements_are_appended_as_made(ceilings_file, tmp_path):
     out = tmp_path / "m.jsonl"
     common = ["--ceilings", str(ceilings_file), "-o", str(out)]
     assert run_cli("measure", "linear", "-n", "4", "-k", "64", "-m", "64", *common, env=CPU).returncode == 0
-    res = run_cli("measure", "attention", "-s", "64", "-d", "16", "--impl", "eager,sdpa-math", *common, env=CPU)
+    res = run_cli(
+        "measure", "attention", "-s", "64", "-d", "16", "--impl", "eager,sdpa-math", *common, env=CPU
+    )
     assert res.returncode == 0, res.stderr
     recs = [json.loads(ln) for ln in out.read_text().splitlines()]
     assert [(r["kind"], r["impl"], r["status"]) for r in recs] == [

@@ -152,21 +152,32 @@ def test_axes_units_legend_and_title():
 
 # ---------------------------------------------------------------- measured points and ceilings
 
+# What attnroof measure writes: the model's FLOPs, bytes and intensity for the implementation that ran.
+EAGER = attention(1024, 128, batch=1, kv_heads=8)  # unfused
+FLASH = attention(8192, 128, fused=True, causal=True, group=4, batch=2, kv_heads=8)
+DECODE = decode(8192, 128, fused=True, group=8, batch=4, kv_heads=4)
+LINEAR = linear(256, 4096, 4096)
+
+
+def _model(cost):
+    return {"flops": float(cost.flops), "bytes": float(cost.bytes), "intensity": float(cost.intensity)}
+
+
 MEASURED = [
     {"kind": "attention", "impl": "eager", "dtype": "bf16", "status": "ok",
      "shape": {"s": 1024, "d": 128, "batch": 1, "heads": 8, "group": 1, "causal": False},
-     "time_s": 1e-4, "flops": 4.3e9, "bytes": 9e7, "intensity": 48.0, "achieved_flops_per_s": 1.2e14},
+     "time_s": 1e-4, **_model(EAGER), "achieved_flops_per_s": 1.2e14},
     {"kind": "attention", "impl": "sdpa-flash", "dtype": "bf16", "status": "ok",
      "shape": {"s": 8192, "d": 128, "batch": 2, "heads": 32, "group": 4, "causal": True},
-     "time_s": 1e-4, "flops": 1.4e11, "bytes": 6.7e7, "intensity": 2050.0, "achieved_flops_per_s": 6.1e14},
+     "time_s": 1e-4, **_model(FLASH), "achieved_flops_per_s": 6.1e14},
     {"kind": "attention", "impl": "sdpa-flash", "dtype": "bf16", "status": "oom",
      "shape": {"s": 131072, "d": 128}},
     {"kind": "decode", "impl": "sdpa", "dtype": "bf16", "status": "ok",
      "shape": {"s": 8192, "d": 128, "batch": 4, "heads": 32, "group": 8},
-     "time_s": 2e-5, "flops": 1.3e8, "bytes": 1.7e7, "intensity": 7.8, "achieved_flops_per_s": 2.2e13},
+     "time_s": 2e-5, **_model(DECODE), "achieved_flops_per_s": 2.2e13},
     {"kind": "linear", "impl": "torch.mm", "dtype": "bf16", "status": "ok",
      "shape": {"n": 256, "k": 4096, "m": 4096},
-     "time_s": 1e-5, "flops": 8.6e9, "bytes": 3.6e7, "intensity": 240.0, "achieved_flops_per_s": 7.5e14},
+     "time_s": 1e-5, **_model(LINEAR), "achieved_flops_per_s": 7.5e14},
 ]  # fmt: skip
 
 
@@ -187,26 +198,23 @@ def ceilings_file(tmp_path):
 
 def test_measured_points_linked_to_the_models_point(measured_file):
     fig = roofline_figure("R", "bf16", d=D, measured=measured_file)
-    eager = _by_gid(fig, "measured-eager").get_offsets()
-    assert eager.tolist() == [[48.0, 1.2e14]]
-    flash = _by_gid(fig, "measured-sdpa-flash").get_offsets()
-    assert flash.tolist() == [[2050.0, 6.1e14]]  # the failed (oom) run is not drawn
-    # eager is unfused: its model point is unfused attention at s = 1024 on R's roof
+    (eager_xy,) = _model_xy(EAGER)
+    (flash_xy,) = _model_xy(FLASH)
+    assert _by_gid(fig, "measured-eager").get_offsets().tolist() == [[eager_xy[0], 1.2e14]]
+    # the failed (oom) run is not drawn
+    assert _by_gid(fig, "measured-sdpa-flash").get_offsets().tolist() == [[flash_xy[0], 6.1e14]]
+    # each measured point is linked to the model's point on R's roof at the same intensity:
+    # eager is unfused attention at s = 1024; sdpa-flash fused, causal, GQA 4 (8 KV heads)
     (seg,) = _by_gid(fig, "link-eager").get_segments()
-    model = _model_xy(attention(1024, 128, batch=1, kv_heads=8))[0]
-    np.testing.assert_allclose(seg, [[48.0, 1.2e14], model])
-    # sdpa-flash is fused, causal, GQA 4 (8 KV heads): the model's point for that shape
+    np.testing.assert_allclose(seg, [[eager_xy[0], 1.2e14], eager_xy])
     (seg,) = _by_gid(fig, "link-sdpa-flash").get_segments()
-    cost = attention(8192, 128, fused=True, causal=True, group=4, batch=2, kv_heads=8)
-    np.testing.assert_allclose(seg[1], _model_xy(cost)[0])
+    np.testing.assert_allclose(seg[1], flash_xy)
     # decode through SDPA is fused: the score vector stays on chip (8.07 FLOP/byte, not F2's 7.17)
     (seg,) = _by_gid(fig, "link-sdpa").get_segments()
-    np.testing.assert_allclose(
-        seg[1], _model_xy(decode(8192, 128, fused=True, group=8, batch=4, kv_heads=4))[0]
-    )
+    np.testing.assert_allclose(seg[1], _model_xy(DECODE)[0])
     (seg,) = _by_gid(fig, "link-torch.mm").get_segments()
-    np.testing.assert_allclose(seg[1], _model_xy(linear(256, 4096, 4096))[0])
-    np.testing.assert_allclose(_by_gid(fig, "model-eager").get_offsets(), [model])
+    np.testing.assert_allclose(seg[1], _model_xy(LINEAR)[0])
+    np.testing.assert_allclose(_by_gid(fig, "model-eager").get_offsets(), [eager_xy])
 
 
 def test_measured_ceilings_beside_the_catalogs(ceilings_file):
@@ -357,7 +365,6 @@ def test_cli_plot_bad_input_is_one_line(cli, tmp_path, args, needle):
         ('{"kind": "attention"\n', ":1: not valid JSON"),
         ('\n{"kind": "attention", "impl": "x"}\n', ":2: missing key"),
         (json.dumps({**MEASURED[0], "time_s": "fast"}), "time_s = 'fast'"),
-        (json.dumps({**MEASURED[0], "shape": {"s": 1024, "d": -1}}), "d = -1"),
         (json.dumps({**MEASURED[0], "dtype": "fp9"}), None),  # an unknown dtype: drawn, with no model point
     ],
 )

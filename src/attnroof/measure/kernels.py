@@ -9,12 +9,17 @@
 
 ``eager``, ``eager-gqa`` and ``sdpa-math`` write the score matrix to memory, so the model they
 are placed against is the unfused one; the other SDPA backends are placed against the fused one.
+Causal ``eager`` and ``sdpa-math`` compute every score and then mask them, so their model is the
+unfused one with a mask pass and no skipped tiles (``attention(..., mask_pass=True)``).
+``sdpa-math`` runs in the input dtype (torch otherwise upcasts it to fp32 since 2.5), so that it
+is the bf16/fp16 three-pass kernel the model counts.
 The 1/√d scale of the eager kernels is folded into Q before timing, so that the timed kernels
 are exactly the three stages the model counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import warnings
@@ -42,6 +47,10 @@ IMPLS = {
 }
 UNFUSED = frozenset({"eager", "eager-gqa", "sdpa-math"})
 """Implementations that write S and P to memory: placed against the unfused cost."""
+MASKING = frozenset({"eager", "sdpa-math"})
+"""Implementations that apply a causal mask to a full score matrix instead of skipping tiles."""
+UNAVAILABLE = ("No viable backend", "No available kernel")
+"""What torch raises (CPU, CUDA) when a pinned SDPA backend cannot run the inputs."""
 
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 TOLERANCE = {"bf16": 1e-2, "fp16": 1e-2, "fp32": 1e-3}
@@ -114,6 +123,7 @@ def model_cost(case: Case) -> Cost:
             sh["d"],
             fused=fused,
             causal=sh["causal"],
+            mask_pass=case.impl in MASKING,
             itemsize=item,
             batch=sh["batch"],
             kv_heads=sh["heads"],
@@ -196,8 +206,10 @@ def _sdpa(dev: TorchDevice, impl: str, q: Any, k: Any, v: Any, causal: bool) -> 
     if backend is None:
         raise Unavailable(f"torch {dev.torch.__version__} has no {SDPA_BACKENDS[impl]} backend")
 
+    in_input_dtype = _math_in_input_dtype(dev.torch) if impl == "sdpa-math" else contextlib.nullcontext
+
     def run() -> Any:
-        with sdpa_kernel(backend):
+        with sdpa_kernel(backend), in_input_dtype():
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     with warnings.catch_warnings(record=True) as caught:
@@ -205,13 +217,33 @@ def _sdpa(dev: TorchDevice, impl: str, q: Any, k: Any, v: Any, causal: bool) -> 
         try:
             run()
         except RuntimeError as e:
-            if "No viable backend" not in str(e):
+            if not any(m in str(e) for m in UNAVAILABLE):
                 raise
             why = "; ".join(str(w.message) for w in caught) or f"no such kernel on {dev.device.type}"
             raise Unavailable(
                 f"{SDPA_BACKENDS[impl]} unavailable for these inputs: {_one_line(why)}"
             ) from None
     return run
+
+
+def _math_in_input_dtype(torch: Any) -> Callable[[], Any]:
+    """A context in which the math SDPA backend keeps bf16/fp16 (no fp32 upcast), where torch has
+    the switch; elsewhere a no-op."""
+    switch = getattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp", None)
+    query = getattr(torch.backends.cuda, "fp16_bf16_reduction_math_sdp_allowed", None)
+    if switch is None or query is None:
+        return contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def ctx() -> Any:
+        before = query()
+        switch(True)
+        try:
+            yield
+        finally:
+            switch(before)
+
+    return ctx
 
 
 def _one_line(text: str, limit: int = 240) -> str:

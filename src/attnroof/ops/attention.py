@@ -28,6 +28,9 @@ matrix is computed and, unfused, written and read. The exact lower-triangle shar
 (s + 1)/(2s); the FlashAttention papers and tritonbench use ½ too. Q, K, V and O are still
 read and written whole, so fused traffic does not shrink."""
 
+MASK_BYTES_PER_ELEMENT = 1
+"""A boolean mask: one byte per score (torch.bool)."""
+
 BF16_BYTES = 2
 
 
@@ -47,11 +50,13 @@ def _attention(
     itemsize: Num,
     kv_itemsize: Num,
     softmax_flops_per_element: Num,
+    mask_pass: bool = False,
 ) -> Cost:
     """One KV head and its ``group`` query heads."""
-    scores = _kept(group * s_q * s_kv, causal)  # elements of S (and of P) actually produced
-    qk_flops = _kept(group * matmul_flops(s_q, d, s_kv), causal)
-    pv_flops = _kept(group * matmul_flops(s_q, s_kv, d), causal)
+    skip = causal and not mask_pass  # causal tiles skipped, or every score computed then masked
+    scores = _kept(group * s_q * s_kv, skip)  # elements of S (and of P) actually produced
+    qk_flops = _kept(group * matmul_flops(s_q, d, s_kv), skip)
+    pv_flops = _kept(group * matmul_flops(s_q, s_kv, d), skip)
     sm_flops = softmax_flops(scores, softmax_flops_per_element)
 
     q = Access("Q", group * s_q * d * itemsize)
@@ -61,9 +66,14 @@ def _attention(
     if fused:
         return Cost((Stage("fused attention", qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
     s = scores * itemsize
+    masking: tuple[Stage, ...] = ()
+    if causal and mask_pass:  # a pass of its own: read S and the mask, write S
+        mask = Access("mask", s_q * s_kv * MASK_BYTES_PER_ELEMENT)
+        masking = (Stage("mask", 0, (Access("S", s), mask), (Access("S", s),)),)
     return Cost(
         (
             Stage("Q·Kᵀ", qk_flops, (q, k), (Access("S", s),)),
+            *masking,
             Stage("softmax", sm_flops, (Access("S", s),), (Access("P", s),)),
             Stage("P·V", pv_flops, (Access("P", s), v), (o,)),
         )
@@ -82,12 +92,17 @@ def attention(
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
     batch: Num = 1,
     kv_heads: Num = 1,
+    mask_pass: bool = False,
 ) -> Cost:
     """Attention forward over a sequence of length ``s`` (prefill), head dimension ``d``.
 
     The cost of one KV head with its ``group`` query heads, times ``batch × kv_heads``.
     Bytes use ``itemsize`` bytes per element of Q, S, P and O, and ``kv_itemsize`` (default:
     the same) for K and V.
+
+    ``causal`` follows the convention of skipped tiles (half the scores). ``mask_pass=True``
+    models eager PyTorch instead: every score is computed, then a separate pass masks S (one
+    more read and write of S, and a read of the boolean mask, in the unfused form).
 
     >>> attention(8192, 128).flops          # s²(4d + 5), part A2
     34695282688
@@ -102,6 +117,7 @@ def attention(
         d,
         fused=fused,
         causal=causal,
+        mask_pass=mask_pass,
         group=group,
         itemsize=itemsize,
         kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,

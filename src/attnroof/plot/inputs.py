@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from attnroof.devices import Device
-from attnroof.dtypes import DType, dtype
+from attnroof.dtypes import dtype
 from attnroof.errors import InputError, MissingPeak
-from attnroof.ops import attention, decode, linear
 from attnroof.roofline import Roof
 
 OK = "ok"
@@ -202,27 +201,6 @@ def _int(shape: Mapping[str, Any], key: str, default: int | None = None) -> int:
     return value
 
 
-def model_cost(m: Measured, dt: DType) -> Any:
-    """The model's :class:`~attnroof.cost.Cost` for the shape ``m`` ran, or ``None`` for a kind
-    the model has no formula for."""
-    kind = m.kind.lower()
-    shape = m.shape
-    if kind in LINEAR_KINDS:
-        return linear(_int(shape, "n"), _int(shape, "k"), _int(shape, "m"), itemsize=dt.itemsize)
-    if kind not in ATTENTION_KINDS | DECODE_KINDS:
-        return None
-    group = _int(shape, "group", 1)
-    heads = _int(shape, "heads", group)
-    if heads % group:
-        raise InputError(f"shape {dict(shape)}: heads = {heads} is not a multiple of group = {group}")
-    kw = dict(group=group, itemsize=dt.itemsize, batch=_int(shape, "batch", 1), kv_heads=heads // group)
-    if kind in DECODE_KINDS:
-        return decode(_int(shape, "s"), _int(shape, "d"), fused=m.is_fused, **kw)
-    return attention(
-        _int(shape, "s"), _int(shape, "d"), fused=m.is_fused, causal=bool(shape.get("causal", False)), **kw
-    )
-
-
 def model_point(m: Measured, device: Device) -> tuple[float, float] | None:
     """The model's point for the shape ``m`` ran: (intensity FLOP/byte, attainable FLOP/s on the
     device's catalog roof for ``m.dtype``); ``None`` when the model cannot place it (an unknown
@@ -232,8 +210,6 @@ def model_point(m: Measured, device: Device) -> tuple[float, float] | None:
         roof = Roof.of(device, dt)
     except (InputError, MissingPeak):
         return None
-    cost = model_cost(m, dt)
-    if cost is None:
-        return None
-    intensity = float(cost.intensity)
-    return intensity, float(roof.attainable(intensity))
+    # The record's intensity is the model's, computed by attnroof measure from the core formulas
+    # for the implementation that ran (fused, unfused, or masked unfused): never re-derived here.
+    return m.intensity, float(roof.attainable(m.intensity))
