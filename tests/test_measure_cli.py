@@ -159,3 +159,12 @@ def test_measure_ceilings_writes_a_device_file(tmp_path):
     assert doc["device"]["source"].startswith("measured by attnroof on")
     res = run_cli("decode", "-s", "8k", "-d", "128", "--device", str(path))
     assert res.returncode == 0 and doc["device"]["name"] in res.stdout
+
+
+def test_a_file_that_is_not_a_results_file_is_never_touched(ceilings_file, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    res = run_cli("measure", "linear", "-n", "1", "-k", "64", "-m", "64", "--ceilings", str(ceilings_file),
+                  "-o", str(notes), env=CPU)  # fmt: skip
+    assert_one_line_error(res, "notes.txt", "not an attnroof measurement")
+    assert notes.read_text() == "my notes\n"

@@ -31,6 +31,8 @@ def test_units_and_thousands_separators():
     assert to_si("2.5", "usecond") == pytest.approx(2.5e-6)
     assert to_si("1.25", "ms") == pytest.approx(1.25e-3)
     assert to_si("n/a", "byte") is None
+    assert to_si("7", "furlong") is None  # an unknown unit gives no number, never a guessed scale
+    assert to_si("7", "") == 7
 
 
 def test_sample_kernels_in_order_with_si_metrics():

@@ -325,18 +325,21 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
         ]
     else:
         cases = [K.linear_case(args.n, args.k, args.m, dt=dt)]
+    results = _results_file(args.output) if args.output else None  # a bad -o fails before any work
     dev = _torch_device(args)
     measured = _ceilings_for(dev, dt, given)
     from attnroof.measure.runner import measure_case
 
-    results = _results_file(args.output) if args.output else None
     records = []
     for c in cases:
         rec = measure_case(c, dev, measured=measured, catalog=catalog)
         if results is not None:
             results.append(rec)  # on disk before the next case starts
         records.append(rec)
-    return _output(args, dev, measured, catalog, records, [_ncu(args, dev, records, cases)])
+    note = _ncu(args, dev, records, cases)
+    if results is not None and any(r.get("ncu_bytes") is not None for r in records):
+        results.rewrite(results.records)  # the same records, now with their DRAM bytes
+    return _output(args, dev, measured, catalog, records, [note])
 
 
 def _results_file(path: str) -> Any:

@@ -58,13 +58,19 @@ class Kernel:
 
 
 def to_si(value: str, unit: str) -> float | None:
-    """``("34,391,552", "byte")`` → 34391552.0; ``("2.5", "us")`` → 2.5e-06; ``None`` for n/a."""
+    """``("34,391,552", "byte")`` → 34391552.0; ``("2.5", "us")`` → 2.5e-06; ``None`` for n/a
+    or for a unit not in :data:`UNITS` (never a guessed scale)."""
     text = value.strip().replace(",", "")
     try:
         number = float(text)
     except ValueError:
         return None
-    return number * UNITS.get(unit.strip().lower(), 1.0)
+    key = unit.strip().lower()
+    if key in ("", "none", "n/a"):
+        return number
+    if key not in UNITS:
+        return None  # a unit we cannot convert: no number rather than a wrong one
+    return number * UNITS[key]
 
 
 def parse_csv(text: str) -> list[Kernel]:
