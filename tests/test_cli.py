@@ -228,3 +228,45 @@ def test_sheet_on_a_low_ridge_device_shows_unfused_crossing():
     assert "[overridden: peak_flops_per_s.bf16]" in r.stdout
     assert "ridge 25 FLOP/byte" in r.stdout
     assert "here it does cross, at s = 81" in r.stdout  # 517s ≥ 200(8s + 1024) ⇔ s ≥ 25600/317 = 80.8
+
+
+def test_exact_thresholds_stay_exact_fractions():
+    # L40S fp32: ridge 91.6e12 / 864e9; 1029s/2048 ≥ ridge ⇔ s ≥ 11724800/27783 (sympy's nsimplify
+    # once turned this into an irrational look-alike)
+    j = run_cli("crossover", "-d", "256", "--device", "l40s", "--dtype", "fp32", "--json").json()
+    assert j["fused"]["exact"] == "11724800/27783" and j["fused"]["s_min"] == 423
+    assert j["fused"]["limit_exact"] == "inf" and j["fused"]["limit_intensity"] is None
+    # fp4 is half a byte per element: still exact rationals, never floats in the algebra
+    j = run_cli("crossover", "-d", "128", "--device", "b200", "--dtype", "fp4", "--json").json()
+    assert j["fused"]["intensity_expr"] == "517*s/256"  # s²(4d + 5) / (4sd · ½)
+    assert j["fused"]["exact"] == "288000/517"  # 9e15 / 8e12 = 1125 = 517s/256
+    assert j["unfused"]["limit_exact"] == "517/2"
+
+
+def test_sheet_text_follows_the_numbers():
+    both_compute = run_cli("sheet", "--peak-flops", "100T").stdout  # ridge 25: unfused compute-bound too
+    assert "fusion buys no time here" in both_compute
+    low = run_cli("sheet", "--peak-flops", "1T", "--bandwidth", "4T").stdout  # ridge 0.25: decode is above it
+    assert "above the ridge" in low and "Decode speed follows memory bandwidth" not in low
+    r = run_cli("sheet").stdout
+    assert "clear of that band (I ≥ 600) from **s = 1189**" in r  # 517s/1024 ≥ 2 × 300
+    assert (
+        "| 8 |      7.17 |    8.07 |                8.08 |               4.2 µs |" in r
+    )  # 32 heads on 4 KV heads
+
+
+def test_sheet_with_softmax_zero_says_so():
+    r = run_cli("sheet", "--softmax-flops", "0")
+    assert r.returncode == 0, r.stderr
+    assert "0 FLOPs here" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["sweep", "-d", "128", "-s", "99999999999999999999"], "implausibly large"),
+        (["sheet", "--softmax-flops", "1e308"], "'1e308'"),
+    ],
+)
+def test_absurd_sizes_are_refused(args, needle):
+    assert_one_line_error(run_cli(*args), needle)

@@ -112,3 +112,14 @@ def test_unfused_crosses_on_a_low_ridge_device():
     # ridge 25 < (4·128 + 5)/8 = 64.6: unfused attention does reach it (never special-cased)
     c = crossover(lambda x: attention(x, 128).intensity, 100e12, 4e12)
     assert not c.never and c.exact == "25600/317" and c.s_min == 81  # 517s ≥ 200(8s + 1024)
+
+
+@settings(max_examples=60, deadline=None)
+@given(s=sizes, d=heads_dims, size=itemsizes)
+def test_masking_without_skipping_does_all_the_work_and_one_more_pass(s, d, size):
+    # eager PyTorch: every score computed, then a pass reads S and the 1-byte mask and writes S
+    masked = attention(s, d, causal=True, mask_pass=True, itemsize=size)
+    full = attention(s, d, itemsize=size)
+    assert masked.flops == full.flops
+    assert masked.bytes == full.bytes + 2 * s * s * size + s * s
+    assert [st.name for st in masked] == ["Q·Kᵀ", "mask", "softmax", "P·V"]

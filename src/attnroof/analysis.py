@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnroof.cost import Cost, Stage
+from attnroof.cost import Cost, Num, Stage
 from attnroof.ops import attention
+from attnroof.ops.attention import SOFTMAX
 from attnroof.roofline import Placement, Roof, place
 
 if TYPE_CHECKING:
@@ -27,10 +28,19 @@ def stage_json(stage: Stage) -> dict[str, Any]:
     }
 
 
-def softmax_share(cost: Cost) -> float:
-    """The fraction of FLOPs spent in softmax stages: 5/(4d + 5) with the default conventions."""
-    sm = sum(float(s.flops) for s in cost if s.name == "softmax")
-    return sm / float(cost.flops)
+def softmax_flops(cost: Cost) -> Num:
+    """FLOPs of the softmax stages of an unfused cost (a fused cost folds them into one stage)."""
+    total: Num = 0
+    for st in cost:
+        if st.name == SOFTMAX:
+            total = total + st.flops
+    return total
+
+
+def softmax_share(cost: Cost) -> Num:
+    """The fraction of an unfused cost's FLOPs spent in softmax: 5/(4d + 5) by default; an
+    expression for symbols."""
+    return softmax_flops(cost) / cost.flops
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +74,8 @@ class Comparison:
 
     @property
     def traffic_ratio(self) -> float:
-        """Unfused bytes over fused bytes: 1 + s/d for attention in one dtype (part B3)."""
+        """Unfused bytes over fused bytes: 1 + s/d for multi-head attention in one dtype (part B3);
+        with GQA the fused side shares K and V, and the ratio is larger."""
         return self.unfused.placement.bytes / self.fused.placement.bytes
 
     @property
@@ -75,7 +86,7 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "flops": self.flops,
-            "softmax_share": softmax_share(self.unfused.cost),
+            "softmax_share": float(softmax_share(self.unfused.cost)),
             "ridge": self.roof.ridge,
             "peak_flops_per_s": self.roof.peak_flops_per_s,
             "bandwidth_bytes_per_s": self.roof.bandwidth_bytes_per_s,

@@ -29,8 +29,13 @@ def num(x: float | None, digits: int = 3) -> str:
 
 
 def pct(x: float | None) -> str:
+    """``0.97%``, ``13.5%``; a share below 0.01% as ``<0.01%``, above 1000% as a multiple."""
     if x is None:
         return "—"
+    if 0 < x < 1e-4:
+        return "<0.01%"
+    if x > 10:
+        return f"{num(x)}×"
     return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.1f}%"
 
 

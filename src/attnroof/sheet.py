@@ -13,7 +13,7 @@ from typing import Any
 import sympy as sp
 
 from attnroof import render
-from attnroof.analysis import Comparison, attention_crossover, softmax_share
+from attnroof.analysis import Comparison, attention_crossover, softmax_flops, softmax_share
 from attnroof.commands._common import table
 from attnroof.cost import Cost
 from attnroof.devices import Device
@@ -21,12 +21,15 @@ from attnroof.dtypes import DType
 from attnroof.footprint import Footprint, footprint
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT, attention, decode, linear
 from attnroof.roofline import NEAR_RIDGE_FACTOR, Placement, Roof, place
-from attnroof.solve import Crossover, crossover
+from attnroof.solve import Crossover, crossover, exact_expr
+from attnroof.solve import limit as solve_limit
 from attnroof.units import duration
 
 SWEEP_S = (512, 1024, 2048, 4096, 8192, 32768)
 SHARE_D = (8, 64, 128, 256)
 GROUPS = (1, 2, 4, 8)
+SOFTMAX_SHARE_WORTH_NOTING = 0.05
+"""A softmax share at or above 5% of the FLOPs is worth counting even for an envelope estimate."""
 TOKENS = (1, 8, 64, 512, 4096)
 
 S, D = sp.symbols("s d", positive=True)
@@ -52,6 +55,8 @@ class Sheet:
     sweep: list[tuple[int, Placement, Placement]]
     crossover: dict[str, Crossover]
     crossover_causal: dict[str, Crossover]
+    crossover_clear: Crossover
+    """Fused attention against twice the ridge: where it leaves the "near ridge" band."""
     footprint_layer: Footprint
     footprint_model: Footprint
     share_by_d: dict[int, float]
@@ -82,6 +87,7 @@ class Sheet:
             "softmax_share_by_d": {str(k): v for k, v in self.share_by_d.items()},
             "sweep": [{"s": n, "unfused": u.to_json(), "fused": f.to_json()} for n, u, f in self.sweep],
             "crossover": {k: v.to_json() for k, v in self.crossover.items()},
+            "clear_of_band": {"fused": self.crossover_clear.to_json()},
             "causal": {
                 **self.causal.to_json(),
                 "crossover": {k: v.to_json() for k, v in self.crossover_causal.items()},
@@ -131,32 +137,29 @@ def build_sheet(
         return attention_crossover(d, roof, **kw, **extra)
 
     def limit(cost_of: Any) -> float:
-        return float(sp.limit(sp.cancel(cost_of(S).intensity), S, sp.oo))
+        return float(solve_limit(lambda x: cost_of(x).intensity))
+
+    def alg(expr: Any) -> sp.Expr:  # exact closed form, factored the way the spec writes it
+        return sp.factor(exact_expr(expr))
 
     hidden = heads * d
     cap = device.capacity_bytes
     unfused_sym, fused_sym = att(S, D), att(S, D, fused=True)
-    i_unfused = sp.factor(sp.cancel(unfused_sym.intensity))
+    elements: dict[str, Any] = {"itemsize": 1, "softmax_flops_per_element": softmax_flops_per_element}
     algebra = {
-        "flops": sp.factor(unfused_sym.flops),
-        "bytes_unfused": sp.factor(unfused_sym.bytes),
-        "bytes_fused": sp.factor(fused_sym.bytes),
-        "traffic_ratio": sp.expand(sp.cancel(unfused_sym.bytes / fused_sym.bytes)),
-        "softmax_share": sp.factor(
-            sp.cancel(sum(st.flops for st in unfused_sym if st.name == "softmax") / unfused_sym.flops)
-        ),
-        "intensity_unfused": i_unfused,
-        "intensity_fused": sp.factor(sp.cancel(fused_sym.intensity)),
-        "limit_unfused": sp.factor(sp.limit(i_unfused, S, sp.oo)),
-        "intensity_unfused_causal": sp.factor(sp.cancel(att(S, D, causal=True).intensity)),
-        "intensity_fused_causal": sp.factor(sp.cancel(att(S, D, fused=True, causal=True).intensity)),
-        "decode_flops": sp.factor(
-            decode(S, D, itemsize=1, softmax_flops_per_element=softmax_flops_per_element).flops
-        ),
-        "decode_elements": sp.expand(
-            decode(S, D, itemsize=1, softmax_flops_per_element=softmax_flops_per_element).bytes
-        ),
-        "decode_intensity": sp.factor(sp.cancel(dec(S, D).intensity)),
+        "flops": alg(unfused_sym.flops),
+        "bytes_unfused": alg(unfused_sym.bytes),
+        "bytes_fused": alg(fused_sym.bytes),
+        "traffic_ratio": sp.expand(exact_expr(unfused_sym.bytes / fused_sym.bytes)),
+        "softmax_share": alg(softmax_share(unfused_sym)),
+        "intensity_unfused": alg(unfused_sym.intensity),
+        "intensity_fused": alg(fused_sym.intensity),
+        "limit_unfused": sp.factor(solve_limit(lambda x: att(x, D).intensity)),
+        "intensity_unfused_causal": alg(att(S, D, causal=True).intensity),
+        "intensity_fused_causal": alg(att(S, D, fused=True, causal=True).intensity),
+        "decode_flops": alg(decode(S, D, **elements).flops),
+        "decode_elements": sp.expand(exact_expr(decode(S, D, **elements).bytes)),
+        "decode_intensity": alg(dec(S, D).intensity),
     }
     return Sheet(
         device=device,
@@ -175,6 +178,9 @@ def build_sheet(
         sweep=[(n, place(att(n), roof), place(att(n, fused=True), roof)) for n in SWEEP_S],
         crossover={"unfused": cross(), "fused": cross(fused=True)},
         crossover_causal={"unfused": cross(causal=True), "fused": cross(fused=True, causal=True)},
+        crossover_clear=attention_crossover(
+            d, Roof(NEAR_RIDGE_FACTOR * roof.peak_flops_per_s, roof.bandwidth_bytes_per_s), fused=True, **kw
+        ),
         footprint_layer=footprint(s, itemsize=dtype.itemsize, batch=batch, heads=heads, capacity_bytes=cap),
         footprint_model=footprint(
             s, itemsize=dtype.itemsize, batch=batch, heads=heads, layers=layers, capacity_bytes=cap
@@ -183,11 +189,12 @@ def build_sheet(
         gqa=[
             (
                 g,
-                place(dec(s, group=g), roof),
-                place(dec(s, group=g, fused=True), roof),
+                place(dec(s, group=g, kv_heads=heads // g), roof),
+                place(dec(s, group=g, kv_heads=heads // g, fused=True), roof),
                 limit(lambda x, g=g: dec(x, group=g, fused=True)),
             )
             for g in sorted({*GROUPS, group})
+            if heads % g == 0
         ],
         decode_batched=place(dec(s, batch=batch), roof),
         decode_limit=limit(dec),
@@ -240,14 +247,43 @@ def sheet_markdown(device: Device, dtype: DType, **shape: Any) -> str:
     return render_sheet(build_sheet(device, dtype, **shape))
 
 
+def _softmax_lines(sh: Sheet) -> list[str]:
+    """The softmax share and when it matters, from the numbers (not a fixed sentence)."""
+    if sh.softmax_flops_per_element == 0:
+        return [
+            "Softmax is counted at 0 FLOPs here (the FlashAttention papers' convention): all the work is in "
+            "the two matrix products.",
+            "",
+        ]
+    small = [dd for dd, share in sh.share_by_d.items() if share >= SOFTMAX_SHARE_WORTH_NOTING]
+    where = (
+        f"it is {SOFTMAX_SHARE_WORTH_NOTING:.0%} or more of the work at d ≤ {max(small)}"
+        if small
+        else f"it stays under {SOFTMAX_SHARE_WORTH_NOTING:.0%} for every head size below"
+    )
+    return [
+        f"The softmax share is `{e(sh.algebra['softmax_share'])}`: {where}.",
+        "",
+        table(
+            ["d", *map(str, sh.share_by_d)],
+            [["softmax share", *(render.pct(v) for v in sh.share_by_d.values())]],
+        ),
+        "",
+        "Even where its FLOPs are negligible it is not free in time: the exponentials run on a much slower "
+        "unit than the matrix cores, and the row max and row sum are reductions that force synchronisation. "
+        "A roofline sees none of that.",
+        "",
+    ]
+
+
 def render_sheet(sh: Sheet) -> str:
     """A built :class:`Sheet` as Markdown."""
     dev, roof, s, d, dt = sh.device, sh.roof, sh.s, sh.d, sh.dtype
     u, f = sh.prefill.unfused, sh.prefill.fused
     a = sh.algebra
     size = dt.itemsize
-    sm_stage = next(st for st in u.cost if st.name == "softmax")
-    gemm = u.placement.flops - float(sm_stage.flops)
+    sm_flops = float(softmax_flops(u.cost))
+    gemm = u.placement.flops - sm_flops
     lines: list[str] = [
         f"# Attention roofline: {dev.name}, {dt.name}, s = {s}, d = {d}",
         "",
@@ -260,20 +296,10 @@ def render_sheet(sh: Sheet) -> str:
         f"Q·Kᵀ and P·V are (s×d)·(d×s) and (s×s)·(s×d) products; softmax touches every one of the s² scores. "
         f"In total F(s, d) = `{e(a['flops'])}`.",
         "",
-        f"At s = {s}, d = {d}: matrix products {render.flops(gemm)}, softmax {render.flops(float(sm_stage.flops))}, "
+        f"At s = {s}, d = {d}: matrix products {render.flops(gemm)}, softmax {render.flops(sm_flops)}, "
         f"total {render.flops(u.placement.flops)}; softmax is {render.pct(softmax_share(u.cost))} of the FLOPs.",
         "",
-        f"The softmax share is `{e(a['softmax_share'])}`, so it matters only for small heads:",
-        "",
-        table(
-            ["d", *map(str, sh.share_by_d)],
-            [["softmax share", *(render.pct(v) for v in sh.share_by_d.values())]],
-        ),
-        "",
-        "Dropping it is harmless for a FLOP estimate at d ≥ 64, but not for a time estimate: the exponentials run "
-        "on a much slower unit than the matrix cores, and the row max and row sum are reductions that force "
-        "synchronisation. A roofline sees none of that.",
-        "",
+        *_softmax_lines(sh),
         "## B. Off-chip traffic",
         "",
         f"Unfused, three kernels; the s×s scores are written by one kernel and read by the next "
@@ -295,7 +321,8 @@ def render_sheet(sh: Sheet) -> str:
         f"Bytes, fused: `{e(a['bytes_fused'])}`.",
         "",
         f"Unfused over fused traffic: `{e(a['traffic_ratio'])}`; at d = {d} that is "
-        f"{num(1 + 512 / d)}× at s = 512 and {num(sh.prefill.traffic_ratio)}× at s = {s}, and it grows without bound in s.",
+        f"{num(sh.sweep[0][1].bytes / sh.sweep[0][2].bytes)}× at s = {sh.sweep[0][0]} and "
+        f"{num(sh.prefill.traffic_ratio)}× at s = {s}, and it grows without bound in s.",
         "",
         "## C. Arithmetic intensity",
         "",
@@ -320,19 +347,15 @@ def render_sheet(sh: Sheet) -> str:
         *_cross_text(sh.crossover["fused"], "Fused"),
         *_cross_text(sh.crossover["unfused"], "Unfused"),
         "",
+        _band_text(sh),
+        "",
         _unfused_condition(sh),
         "",
         f"At s = {s}, d = {d}:",
         "",
         _placements([("unfused", u.placement), ("fused", f.placement)]),
         "",
-        f"Fusion alone can make this shape up to **{num(sh.prefill.speedup_ceiling)}×** faster. "
-        + (
-            "The unfused kernels are not badly written; the bandwidth roof forbids them from doing better than "
-            f"{render.rate(u.placement.attainable_flops_per_s)} here."
-            if u.placement.limiter == "memory"
-            else ""
-        ),
+        _speedup_text(sh),
         "",
         "## E. Memory for the score matrix",
         "",
@@ -340,6 +363,43 @@ def render_sheet(sh: Sheet) -> str:
     lines += _footprint_lines(sh)
     lines += _variants_lines(sh)
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _relative_to_ridge(intensity: float, ridge: float) -> str:
+    """``302× below the ridge``, ``2× above the ridge``, ``at the ridge``."""
+    if intensity < ridge:
+        return f"{num(ridge / intensity)}× below the ridge"
+    if intensity > ridge:
+        return f"{num(intensity / ridge)}× above the ridge"
+    return "at the ridge"
+
+
+def _speedup_text(sh: Sheet) -> str:
+    """What fusion buys in time at the sheet's shape, from the two time bounds."""
+    u, up = sh.prefill.unfused.placement, sh.prefill.speedup_ceiling
+    if up <= 1 + 1e-9:
+        return (
+            "At this shape both variants are compute-bound, so fusion buys no time here: it still saves "
+            f"{num(sh.prefill.traffic_ratio)}× the traffic and the memory of the score matrix."
+        )
+    text = f"Fusion alone can make this shape up to **{num(up)}×** faster."
+    if u.limiter == "memory":
+        text += (
+            " The unfused kernels are not badly written; the bandwidth roof forbids them from doing better than "
+            f"{render.rate(u.attainable_flops_per_s)} here."
+        )
+    return text
+
+
+def _band_text(sh: Sheet) -> str:
+    """Where fused attention is clear of the "near ridge" band (intensity ≥ 2 × ridge)."""
+    clear = sh.crossover_clear
+    if clear.never or clear.s_min is None:
+        return f"Fused attention never gets {NEAR_RIDGE_FACTOR}× past the ridge at d = {sh.d}."
+    return (
+        f"Within {NEAR_RIDGE_FACTOR}× of the ridge either roof can win in practice; fused attention is clear of "
+        f"that band (I ≥ {num(NEAR_RIDGE_FACTOR * sh.roof.ridge)}) from **s = {clear.s_min}**."
+    )
 
 
 def _unfused_condition(sh: Sheet) -> str:
@@ -426,20 +486,28 @@ def _variants_lines(sh: Sheet) -> list[str]:
         ),
         "",
         f"I = `{e(a['decode_intensity'])}` → {num(sh.decode_limit)} FLOP/byte as s → ∞. At s = {s}: "
-        f"{num(dec.unfused.placement.intensity)} unfused, {num(dec.fused.placement.intensity)} fused, "
-        f"{num(roof.ridge / dec.unfused.placement.intensity)}× below the ridge.",
+        f"{num(dec.unfused.placement.intensity)} unfused, {num(dec.fused.placement.intensity)} fused; "
+        + _relative_to_ridge(dec.unfused.placement.intensity, roof.ridge)
+        + ".",
         "",
         _placements([("unfused", dec.unfused.placement), ("fused", dec.fused.placement)]),
         "",
         "Fusing decode saves little: the scores are a vector of s values, and the traffic is the cache itself, "
-        "which every generated token must read once. Decode speed follows memory bandwidth.",
+        "which every generated token must read once. "
+        + (
+            "Decode speed follows memory bandwidth."
+            if dec.fused.placement.verdict == "memory-bound"
+            else f"On this part, though, decode is {dec.fused.placement.verdict}: its ridge is that low."
+        ),
         "",
         "### F3. Grouped-query attention and batching",
         "",
-        "With g query heads per KV head, K and V are read once for g heads' work, so intensity grows about g-fold:",
+        f"With g query heads per KV head, K and V are read once for g heads' work. For the same {sh.heads} query "
+        f"heads (on {sh.heads}/g KV heads), intensity goes from {num(sh.gqa[0][2].intensity)} at g = {sh.gqa[0][0]} "
+        f"to {num(sh.gqa[-1][2].intensity)} at g = {sh.gqa[-1][0]} (fused), and the time bound falls with it:",
         "",
         table(
-            ["g", "I unfused", "I fused", "fused limit (s → ∞)", "time fused", "verdict"],
+            ["g", "I unfused", "I fused", "fused limit (s → ∞)", f"time fused, {sh.heads} heads", "verdict"],
             [
                 [g, num(pu.intensity), num(pf.intensity), num(lim), duration(pf.time_s), pf.verdict]
                 for g, pu, pf, lim in sh.gqa

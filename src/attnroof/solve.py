@@ -30,8 +30,19 @@ def exact(x: float | int) -> sp.Rational:
 
 
 def fraction_text(x: sp.Expr) -> str:
-    """``'307200/517'`` for a rational, ``sympy``'s own text otherwise."""
-    return str(sp.nsimplify(x)) if x.is_Rational else str(x)
+    """``'307200/517'`` for a rational (always p/q, never a simplified look-alike), ``'inf'`` for
+    an unbounded value, ``sympy``'s own text otherwise."""
+    if x.is_Rational:
+        return str(sp.Rational(x))
+    if x in (sp.oo, sp.zoo):
+        return "inf"
+    return str(x)
+
+
+def exact_expr(e: Any) -> sp.Expr:
+    """A formula's value on symbols, with every float in it (fp4's ½ byte, a softmax count of
+    2.5) made the exact rational it was written as, and common factors cancelled."""
+    return sp.cancel(sp.nsimplify(sp.sympify(e), rational=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +76,7 @@ class Crossover:
             "never": self.never,
             "limit_intensity": self.limit_intensity,
             "limit_exact": self.limit_exact,
-            "intensity": self.intensity_expr,
+            "intensity_expr": self.intensity_expr,
             "inequality": self.inequality,
             "solution": self.solution,
         }
@@ -74,7 +85,7 @@ class Crossover:
 def limit(intensity_of: Callable[[sp.Symbol], Any], variable: str = "s") -> sp.Expr:
     """lim intensity(x) as x → ∞, exactly (``sp.oo`` when unbounded)."""
     x = sp.Symbol(variable, positive=True)
-    return sp.limit(sp.cancel(sp.sympify(intensity_of(x))), x, sp.oo)
+    return sp.limit(exact_expr(intensity_of(x)), x, sp.oo)
 
 
 def crossover(
@@ -90,7 +101,7 @@ def crossover(
     """
     x = sp.Symbol(variable, positive=True)
     ridge = exact(peak_flops_per_s) / exact(bandwidth_bytes_per_s)
-    intensity = sp.cancel(sp.sympify(intensity_of(x)))
+    intensity = exact_expr(intensity_of(x))
     sup = sp.limit(intensity, x, sp.oo)
 
     # I(x) ≥ ridge  ⇔  numerator(I − ridge) ≥ 0, since the denominator is positive for x > 0.
@@ -118,7 +129,7 @@ def crossover(
             exact=None,
             never=True,
             limit_intensity=_finite(sup),
-            limit_exact=str(sup),
+            limit_exact=fraction_text(sup),
             intensity_expr=str(intensity),
             inequality=inequality,
             solution=_set_text(solution_set, real),
@@ -133,7 +144,7 @@ def crossover(
         exact=fraction_text(threshold),
         never=False,
         limit_intensity=_finite(sup),
-        limit_exact=str(sup),
+        limit_exact=fraction_text(sup),
         intensity_expr=str(intensity),
         inequality=inequality,
         solution=_set_text(solution_set, real),

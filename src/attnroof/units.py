@@ -28,6 +28,7 @@ SECOND = 1.0
 MILLISECOND = 1e-3
 MICROSECOND = 1e-6
 NANOSECOND = 1e-9
+PICOSECOND = 1e-12
 
 FLOP = 1
 TFLOP_PER_S = TERA  # FLOP/s
@@ -60,16 +61,20 @@ def duration(seconds: float, digits: int = 3) -> str:
     >>> duration(28.9e-6)
     '28.9 µs'
     """
-    for scale, name in ((SECOND, "s"), (MILLISECOND, "ms"), (MICROSECOND, "µs")):
+    if not math.isfinite(seconds):
+        return f"{seconds} s"
+    for scale, name in ((SECOND, "s"), (MILLISECOND, "ms"), (MICROSECOND, "µs"), (NANOSECOND, "ns")):
         if abs(seconds) >= scale:
             return f"{_sig(seconds / scale, digits)} {name}"
-    return f"{_sig(seconds / NANOSECOND, digits)} ns"
+    return f"{_sig(seconds / PICOSECOND, digits)} ps"
 
 
 def _sig(x: float, digits: int) -> str:
     """``x`` to ``digits`` significant figures, without an exponent for ordinary sizes."""
     if x == 0:
         return "0"
+    if not math.isfinite(x):
+        return str(x)
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
     text = f"{x:.{decimals}f}"
     if "." in text:

@@ -40,6 +40,11 @@ class Command:
 # ---------------------------------------------------------------- argument types
 
 _SIZE_SUFFIX = {"k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2}
+MAX_SIZE = 2**40
+"""No tensor dimension of a real model comes near 2⁴⁰ (10¹²); beyond it a size is a typo, and
+its FLOP counts would outrun a float's exact range."""
+MAX_SOFTMAX_FLOPS = 1000
+"""FLOPs per score: the usual counts are 0 to about 10; beyond 1000 the figure is a typo."""
 
 
 def positive_int(text: str) -> int:
@@ -54,6 +59,8 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    if value > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{text!r} is implausibly large (at most 2^40)")
     return value
 
 
@@ -95,6 +102,8 @@ def nonnegative_number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a non-negative number")
+    if value > MAX_SOFTMAX_FLOPS:
+        raise argparse.ArgumentTypeError(f"{text!r} is implausibly large (at most {MAX_SOFTMAX_FLOPS})")
     return int(value) if value.is_integer() else value
 
 

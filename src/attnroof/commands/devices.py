@@ -26,7 +26,7 @@ MISSING = "—"
 WRAP = 100
 """Characters per line for the notes and sources of ``attnroof devices NAME``."""
 
-LIST_HEADERS = ("device", "vendor", "{dt} TFLOP/s", "TB/s", "GB", "ridge FLOP/B", "aliases")
+LIST_HEADERS = ("device", "vendor", "{dt} {unit}", "TB/s", "GB", "ridge FLOP/B", "aliases")
 
 
 # ---------------------------------------------------------------- figures
@@ -90,7 +90,7 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
 
 def catalog_table(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> str:
     """The Markdown table of ``devices`` that ``attnroof devices`` prints and the README carries."""
-    headers = [h.format(dt=dt) for h in LIST_HEADERS]
+    headers = [h.format(dt=dt, unit=_peak_unit(dt)) for h in LIST_HEADERS]
     return table(headers, catalog_rows(devices, dt), "llrrrrl")
 
 

@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from attnroof.dtypes import DTYPES, DType, dtype
-from attnroof.errors import DeviceFileError, MissingPeak, UnknownDevice, read_json, read_text
+from attnroof.errors import DeviceFileError, InputError, MissingPeak, UnknownDevice, read_json, read_text
 
 ENV_VAR = "ATTNROOF_DEVICES"
 """A TOML file, or a folder of them, whose devices add to or replace the catalog's."""
@@ -184,10 +184,16 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         raise DeviceFileError(f"{at}'peak_flops_per_s' must be a table of dtype = FLOP/s")
     peaks: dict[str, float] = {}
     for key, value in peaks_raw.items():
-        if key not in DTYPES:
-            raise DeviceFileError(f"{at}peak_flops_per_s.{key}: unknown dtype; known: {', '.join(DTYPES)}")
+        try:
+            dt_name = dtype(key).name  # aliases (bfloat16, float16) are accepted, stored by name
+        except InputError:
+            raise DeviceFileError(
+                f"{at}peak_flops_per_s.{key}: unknown dtype; known: {', '.join(DTYPES)}"
+            ) from None
+        if dt_name in peaks:
+            raise DeviceFileError(f"{at}peak_flops_per_s.{key}: {dt_name} is given twice")
         _wrap(at, _check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12")
-        peaks[key] = float(value)
+        peaks[dt_name] = float(value)
     _wrap(at, _check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
     optional_rates = ("interconnect_bytes_per_s",)
     for key in optional_rates:
@@ -349,7 +355,10 @@ def get_device(name_or_path: str, env: Mapping[str, str] | None = None) -> Devic
         devices = load_device_file(text)
         if len(devices) != 1:
             names = ", ".join(d.name for d in devices)
-            raise DeviceFileError(f"{text}: holds {len(devices)} devices ({names}); name one with --device")
+            raise DeviceFileError(
+                f"{text}: holds {len(devices)} devices ({names}); --device takes a file of one device, "
+                f"or put this file in ${ENV_VAR} and name the device"
+            )
         return devices[0]
     devices = catalog(env)
     wanted = _key(text)

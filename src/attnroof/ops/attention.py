@@ -28,6 +28,9 @@ matrix is computed and, unfused, written and read. The exact lower-triangle shar
 (s + 1)/(2s); the FlashAttention papers and tritonbench use ½ too. Q, K, V and O are still
 read and written whole, so fused traffic does not shrink."""
 
+QK, MASK, SOFTMAX, PV, FUSED = "Q·Kᵀ", "mask", "softmax", "P·V", "fused attention"
+"""Stage names: what tables show, and how :func:`attnroof.analysis.softmax_flops` finds softmax."""
+
 MASK_BYTES_PER_ELEMENT = 1
 """A boolean mask: one byte per score (torch.bool)."""
 
@@ -64,18 +67,18 @@ def _attention(
     v = Access("V", s_kv * d * kv_itemsize)
     o = Access("O", group * s_q * d * itemsize)
     if fused:
-        return Cost((Stage("fused attention", qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
+        return Cost((Stage(FUSED, qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
     s = scores * itemsize
     masking: tuple[Stage, ...] = ()
     if causal and mask_pass:  # a pass of its own: read S and the mask, write S
         mask = Access("mask", s_q * s_kv * MASK_BYTES_PER_ELEMENT)
-        masking = (Stage("mask", 0, (Access("S", s), mask), (Access("S", s),)),)
+        masking = (Stage(MASK, 0, (Access("S", s), mask), (Access("S", s),)),)
     return Cost(
         (
-            Stage("Q·Kᵀ", qk_flops, (q, k), (Access("S", s),)),
+            Stage(QK, qk_flops, (q, k), (Access("S", s),)),
             *masking,
-            Stage("softmax", sm_flops, (Access("S", s),), (Access("P", s),)),
-            Stage("P·V", pv_flops, (Access("P", s), v), (o,)),
+            Stage(SOFTMAX, sm_flops, (Access("S", s),), (Access("P", s),)),
+            Stage(PV, pv_flops, (Access("P", s), v), (o,)),
         )
     )
 
