@@ -172,7 +172,7 @@ def _single(job: _Job) -> int:
         f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}, time ≥ {duration(t.time_s)}; {rate}",
         f"memory-bound {render.pct(t.memory_bound_share)} of the time; "
         f"attention takes {render.pct(t.attention_share)} of the time",
-        _memory_line(a.memory, job.device.name),
+        _memory_line(a.memory, job.device.name, job.model.max_positions),
         *(f"note: {n}" for n in a.notes),
     ]
     print("\n".join(out))
@@ -186,7 +186,7 @@ def _rate(t: Totals) -> str:
     return duration(t.time_s if t.ttft_s is None else t.ttft_s)
 
 
-def _memory_line(mem: Memory, device: str) -> str:
+def _memory_line(mem: Memory, device: str, max_positions: int | None = None) -> str:
     b = render.nbytes
     used = (
         f"memory: weights {b(mem.weights_bytes)} + KV cache {b(mem.kv_cache_bytes)} "
@@ -196,7 +196,14 @@ def _memory_line(mem: Memory, device: str) -> str:
     if mem.capacity_bytes is None:
         return used + f"; {device} has no capacity figure (pass --capacity)"
     verdict = "fits" if mem.fits else "does NOT fit"
-    ctx = "unbounded" if mem.max_context is None else f"{mem.max_context:,}"
+    if mem.max_context is not None and max_positions and mem.max_context > max_positions:
+        ctx = f"{max_positions:,} (the model's limit; memory alone would allow {mem.max_context:,})"
+    elif mem.max_context is not None:
+        ctx = f"{mem.max_context:,}"
+    elif max_positions:  # a sliding window: the cache stops growing, the model's own limit remains
+        ctx = f"{max_positions:,} (the model's limit; the KV cache stops growing at the window)"
+    else:
+        ctx = "unbounded (the KV cache stops growing at the window)"
     return (
         f"{used} of {b(mem.capacity_bytes)}: {verdict}; largest batch at this context {mem.max_batch:,}, "
         f"largest context at this batch {ctx}"
@@ -258,7 +265,8 @@ def _sweep(job: _Job) -> int:
     headers += ["memory-bound", "attention share", "KV cache", "fits"]
     cross = ", ".join(f"{g.name} {g.batch}" if g.batch else f"{g.name} never" for g in gemms)
     out = [*job.header(None), "", table(headers, rows, "rrrllrrrl"), ""]
-    out.append(f"GEMMs compute-bound from {'batch' if decode else 'tokens (batch × prompt)'}: {cross}")
+    unit = "batch" if decode else "tokens through the GEMM (batch × prompt; the LM head: batch)"
+    out.append(f"GEMMs compute-bound from {unit}: {cross}")
     if decode and step_batch is None:
         out.append(
             f"the decode step never turns compute-bound at context {job.args.context}: each sequence "

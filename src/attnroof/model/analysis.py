@@ -154,12 +154,17 @@ def analyse(
         ttft_s=time if phase == PREFILL else None,
     )
     mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused)
-    notes = _notes(model, phase, context)
+    notes = _notes(model, phase, context, p)
     return ModelAnalysis(model, phase, batch, context, fused, roof, results, totals, mem, notes)
 
 
-def _notes(model: ModelConfig, phase: str, context: int) -> tuple[str, ...]:
+def _notes(model: ModelConfig, phase: str, context: int, prec: Precision) -> tuple[str, ...]:
     notes = []
+    if prec.weight_itemsize < prec.itemsize:
+        notes.append(
+            f"every parameter is counted at {prec.weight_itemsize:g} B, embedding and LM head included; "
+            "many low-precision checkpoints keep those two in 16 bits"
+        )
     w = model.sliding_window
     if w is not None and context > w:
         if phase == DECODE:
