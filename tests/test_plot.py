@@ -111,10 +111,10 @@ def test_decode_gqa_and_linear_trajectories():
     assert not [ln for ln in fig.axes[0].lines if (ln.get_gid() or "").startswith("traj-attention")]
     for g in (1, 8):
         xy = _by_gid(fig, f"traj-decode-g{g}").get_xydata()
-        np.testing.assert_allclose(xy, _model_xy(decode(S, D, group=g)))
+        np.testing.assert_allclose(xy, _model_xy(decode(S, D, group=g, fused=True)))
     g1 = _by_gid(fig, "traj-decode-g1").get_xydata()
-    # F2: decode at s = 8192, d = 128: (4sd + 5s) / (2·(2sd + 4s + 2d)) = 0.994 FLOP/byte
-    assert g1[DEFAULT_S.index(8192)][0] == pytest.approx(0.994, abs=5e-4)
+    # decode at s = 8192, d = 128, fused (no score vector in memory): (4sd + 5s) / (2·(2sd + 2d)) = 1.0097
+    assert g1[DEFAULT_S.index(8192)][0] == pytest.approx(4_235_264 / (2 * (2 * 8192 * 128 + 2 * 128)))
     n = np.array([1, 4, 16, 64, 256, 1024, 4096, 16384], dtype=np.float64)
     np.testing.assert_allclose(_by_gid(fig, "traj-linear").get_xydata(), _model_xy(linear(n, 4096, 4096)))
 
@@ -322,7 +322,7 @@ def test_cli_plot_writes_the_file_and_json_has_the_models_numbers(cli, tmp_path)
     }  # fmt: skip
     np.testing.assert_allclose(traj["attention-fused"]["intensity"], attention(S, D, fused=True).intensity)
     np.testing.assert_allclose(
-        traj["decode-g8"]["attainable_flops_per_s"], _model_xy(decode(S, D, group=8))[:, 1]
+        traj["decode-g8"]["attainable_flops_per_s"], _model_xy(decode(S, D, group=8, fused=True))[:, 1]
     )
 
 

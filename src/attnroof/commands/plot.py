@@ -7,6 +7,7 @@ commands say which extra to install and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from attnroof.commands._common import (
@@ -157,6 +158,7 @@ def _plot_run(args: argparse.Namespace) -> int:
         bool(inputs.trajectories or inputs.measured), "nothing to plot: --no-attention with no other operator"
     )
     path = plot.save_figure(inputs.draw(), args.output)
+    _note_roof_of_measured(args, dev.name)
     if args.json:
         emit_json(
             {
@@ -172,6 +174,16 @@ def _plot_run(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {path}")
     return 0
+
+
+def _note_roof_of_measured(args: argparse.Namespace, device: str) -> None:
+    """Measured points without their ceilings sit under the catalog's roof: say so, once."""
+    if args.measured and not args.ceilings:
+        print(
+            f"attnroof: note: measured points are linked to {device}'s catalog roof; pass "
+            "--ceilings FILE.json (attnroof measure ceilings -o) for the roof they ran under",
+            file=sys.stderr,
+        )
 
 
 def _roof_json(roof: Any) -> dict[str, Any]:
@@ -209,6 +221,7 @@ def _report_run(args: argparse.Namespace) -> int:
     require(len(dts) == 1, f"--dtype {args.dtype!r}: a report is for one dtype")
     text = plot.report_html(dev, dts[0], **sheet_kwargs(args), measured=args.measured, ceilings=args.ceilings)
     path = plot.write_report(args.output, text)
+    _note_roof_of_measured(args, dev.name)
     if args.json:
         emit_json(
             {
