@@ -188,8 +188,17 @@ def test_results_file_resume_skips_done_keys(dev, tmp_path):
     assert ran == [cases[2].key, cases[3].key]
     keys = [json.loads(ln)["key"] for ln in path.read_text().splitlines()]
     assert keys == [c.key for c in cases] == [r["key"] for r in records]
+    # a case that ended in an error is tried again on --resume, and its error record replaced
+    recs = [json.loads(ln) for ln in path.read_text().splitlines()]
+    recs[1].update(status="error", reason="RuntimeError: planted", time_s=None)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     ran.clear()
-    run(False)  # without --resume the file starts again
+    records = run(True)
+    assert ran == [cases[1].key]
+    assert sorted(r["key"] for r in records) == sorted(c.key for c in cases)
+    assert all(json.loads(ln)["status"] == "ok" for ln in path.read_text().splitlines())
+    ran.clear()
+    run(False)  # a fresh ResultsFile (the CLI refuses a file with measurements without --resume)
     assert len(ran) == 4 and len(path.read_text().splitlines()) == 4
 
 

@@ -13,9 +13,10 @@ zeros (zeros let some hardware skip work).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -62,15 +63,17 @@ def measure_ceilings(
     dtypes: Iterable[str] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Ceiling records (kind ``"ceiling"``): read, write, copy, then matmul per dtype and size."""
-    records = [*_bandwidth(dev), *_matmuls(dev, quick, dtypes)]
-    if on_record:
-        for rec in records:
+    """Ceiling records (kind ``"ceiling"``): read, write, copy, then matmul per dtype and size.
+    ``on_record`` sees each one as soon as it is measured (to write it before the next starts)."""
+    records = []
+    for rec in itertools.chain(_bandwidth(dev), _matmuls(dev, quick, dtypes)):
+        if on_record:
             on_record(rec)
+        records.append(rec)
     return records
 
 
-def _bandwidth(dev: TorchDevice) -> list[dict[str, Any]]:
+def _bandwidth(dev: TorchDevice) -> Iterator[dict[str, Any]]:
     torch = dev.torch
     size: float = GPU_BUFFER_BYTES if dev.is_cuda else CPU_BUFFER_BYTES
     while 2 * size > dev.memory_limit_bytes and size > 16 * MiB:
@@ -79,7 +82,6 @@ def _bandwidth(dev: TorchDevice) -> list[dict[str, Any]]:
     x = torch.randn(n, device=dev.device)
     y = torch.empty_like(x)
     kernels = {READ: (lambda: x.sum(), 1), WRITE: (lambda: x.fill_(1.5), 1), COPY: (lambda: y.copy_(x), 2)}
-    out = []
     for impl, (fn, passes) in kernels.items():
         rec = new_record(
             f"ceiling/{impl}/fp32/bytes={n * FP32_BYTES}",
@@ -92,17 +94,15 @@ def _bandwidth(dev: TorchDevice) -> list[dict[str, Any]]:
         t = time_kernel(fn, dev, BANDWIDTH_BUDGET, flush=False)
         set_time(rec, t.best, 0, passes * n * FP32_BYTES)
         rec["timing"] = t.method + ", best"
-        out.append(rec)
+        yield rec
     kernels.clear()  # the buffers go with the lambdas
     dev.free_memory()
-    return out
 
 
-def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> list[dict[str, Any]]:
+def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> Iterator[dict[str, Any]]:
     torch = dev.torch
     kind = dev.device.type
     wanted = list(dtypes) if dtypes is not None else list(MATMUL_DTYPES[kind])
-    out = []
     for dt in wanted:
         if dt not in MATMUL_DTYPES[kind]:
             raise InputError(
@@ -129,15 +129,14 @@ def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> lis
                 if not is_out_of_memory(e):
                     raise
                 rec.update(status="skip", reason=f"out of memory: {one_line(e)}")
-                out.append(rec)
+                yield rec
                 break
             set_time(rec, t.best, 2 * n**3, 3 * n * n * itemsize)
             rec["timing"] = t.method + ", best"
-            out.append(rec)
+            yield rec
             last_call = t.best
             del a, b
         dev.free_memory()
-    return out
 
 
 class _tf32:

@@ -16,7 +16,7 @@ from attnroof.devices import Device
 from attnroof.measure.ceilings import measure_ceilings, measured_device
 from attnroof.measure.env import TorchDevice
 from attnroof.measure.kernels import IMPLS, Case, attention_case, decode_case, linear_case
-from attnroof.measure.records import CEILING, ResultsFile, place_record
+from attnroof.measure.records import CEILING, ERROR, ResultsFile, place_record
 from attnroof.measure.runner import measure_case
 from attnroof.measure.timing import FULL, QUICK
 
@@ -118,7 +118,11 @@ def run_suite(
 ) -> tuple[list[dict[str, Any]], Device]:
     """Run the campaign into ``results`` (skipping keys already there) and return all its
     records and the measured device. ``ceilings`` (a device, e.g. from a ceilings file) replaces
-    measuring them; its ``ceiling_records`` are copied into the results."""
+    measuring them; its ``ceiling_records`` are copied into the results. A case that ended in an
+    error is tried again (its error record is replaced); ok, skipped and wrong cases are kept."""
+    failed = [r for r in results.records if r.get("status") == ERROR]
+    if failed:
+        results.rewrite([r for r in results.records if r.get("status") != ERROR])
     done = results.done
 
     def emit(rec: dict[str, Any]) -> None:
@@ -129,11 +133,11 @@ def run_suite(
     if ceilings is None:
         kept = [r for r in results.records if r.get("kind") == CEILING]
         if not kept:
-            kept = measure_ceilings(dev, quick=quick)
+            kept = measure_ceilings(dev, quick=quick, on_record=emit)  # each on disk as measured
             ceilings = measured_device(kept, dev)
             for rec in kept:
                 place_record(rec, ceilings, catalog)
-                emit(rec)
+            results.rewrite(results.records)  # the same records, now placed on the roof they make
         else:
             ceilings = measured_device(kept, dev)
     else:
