@@ -142,6 +142,20 @@ def add_device_args(
     )
 
 
+def add_softmax_arg(p: argparse.ArgumentParser) -> None:
+    """``--softmax-flops X``: the softmax counting convention (FLOPs per score element)."""
+    from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
+
+    p.add_argument(
+        "--softmax-flops",
+        type=nonnegative_number,
+        default=SOFTMAX_FLOPS_PER_ELEMENT,
+        metavar="X",
+        help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT}; "
+        "0 = the FlashAttention papers' convention)",
+    )
+
+
 def add_json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units) instead of text")
 

@@ -11,16 +11,16 @@ from attnroof.commands._common import (
     Command,
     add_device_args,
     add_json_arg,
+    add_softmax_arg,
     emit_json,
     int_list,
-    nonnegative_number,
     positive_int,
     require,
     roof_from_args,
     table,
 )
 from attnroof.footprint import footprint
-from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT, attention, decode, linear
+from attnroof.ops import attention, decode, linear
 from attnroof.roofline import place
 from attnroof.units import duration
 
@@ -47,16 +47,6 @@ def _heads_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=positive_int, default=1, help="query heads (default 1)")
     p.add_argument(
         "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head, GQA (default 1)"
-    )
-
-
-def _softmax_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--softmax-flops",
-        type=nonnegative_number,
-        default=SOFTMAX_FLOPS_PER_ELEMENT,
-        metavar="X",
-        help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT}; 0 = FlashAttention convention)",
     )
 
 
@@ -99,7 +89,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     _shape_args(p)
     _heads_args(p)
     p.add_argument("--causal", action="store_true", help="causal mask: tiles above the diagonal skipped")
-    _softmax_arg(p)
+    add_softmax_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -140,7 +130,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
         "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
     )
     _heads_args(p)
-    _softmax_arg(p)
+    add_softmax_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -242,7 +232,7 @@ def _sweep_setup(p: argparse.ArgumentParser) -> None:
         help="sequence lengths: 512,1024 or 512..131072 (powers of two)",
     )
     p.add_argument("--causal", action="store_true", help="causal mask")
-    _softmax_arg(p)
+    add_softmax_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -316,7 +306,7 @@ def _crossover_setup(p: argparse.ArgumentParser) -> None:
         "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
     )
     p.add_argument("--causal", action="store_true", help="causal mask")
-    _softmax_arg(p)
+    add_softmax_arg(p)
     add_device_args(p)
     add_json_arg(p)
 

@@ -14,16 +14,15 @@ from attnroof.commands._common import (
     Command,
     add_device_args,
     add_json_arg,
+    add_softmax_arg,
     emit_json,
     int_list,
-    nonnegative_number,
     positive_int,
     require,
 )
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
-from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
 
 
 def _load_plot() -> Any:
@@ -41,16 +40,6 @@ def _pair(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not K,M (two sizes, e.g. 8192,28672)")
     k, m = (positive_int(p) for p in parts)
     return k, m
-
-
-def _softmax_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--softmax-flops",
-        type=nonnegative_number,
-        default=SOFTMAX_FLOPS_PER_ELEMENT,
-        metavar="X",
-        help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT})",
-    )
 
 
 def _inputs_args(p: argparse.ArgumentParser) -> None:
@@ -121,7 +110,7 @@ def _plot_setup(p: argparse.ArgumentParser) -> None:
         "--no-attention", dest="attention", action="store_false", help="leave out unfused/fused attention"
     )
     _inputs_args(p)
-    _softmax_arg(p)
+    add_softmax_arg(p)
     add_device_args(p, dtype_help="element types, one roof each: bf16 or bf16,fp8 (default: bf16)")
     add_json_arg(p)
 

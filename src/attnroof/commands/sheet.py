@@ -9,12 +9,11 @@ from attnroof.commands._common import (
     Command,
     add_device_args,
     add_json_arg,
+    add_softmax_arg,
     emit_json,
-    nonnegative_number,
     positive_int,
     roof_from_args,
 )
-from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
 
 
 def add_sheet_args(p: argparse.ArgumentParser) -> None:
@@ -46,13 +45,7 @@ def add_sheet_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--layers", type=positive_int, default=80, help="layers for the footprint (default 80)")
     p.add_argument("--group", type=positive_int, default=8, help="GQA group to highlight (default 8)")
-    p.add_argument(
-        "--softmax-flops",
-        type=nonnegative_number,
-        default=SOFTMAX_FLOPS_PER_ELEMENT,
-        metavar="X",
-        help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT})",
-    )
+    add_softmax_arg(p)
 
 
 def sheet_kwargs(args: argparse.Namespace) -> dict[str, Any]:
