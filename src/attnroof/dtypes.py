@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from attnroof.errors import InputError
 
+BF16_BYTES = 2
+"""Bytes per bf16 element: the default element size of every formula (the spec's device R runs
+bf16)."""
+
 
 @dataclass(frozen=True, slots=True)
 class DType:
@@ -24,7 +28,7 @@ DTYPES: dict[str, DType] = {
         DType("fp64", 8, ("float64", "double", "f64")),
         DType("fp32", 4, ("float32", "float", "f32")),
         DType("tf32", 4, ("tensorfloat32",)),
-        DType("bf16", 2, ("bfloat16",)),
+        DType("bf16", BF16_BYTES, ("bfloat16",)),
         DType("fp16", 2, ("float16", "half", "f16")),
         DType("fp8", 1, ("float8", "e4m3", "e5m2", "fp8e4m3", "fp8e5m2")),
         DType("int8", 1, ("i8",)),

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.cost import Num
+from attnroof.dtypes import BF16_BYTES
 
 
-def score_matrix_bytes(s: Num, itemsize: Num = 2) -> Num:
+def score_matrix_bytes(s: Num, itemsize: Num = BF16_BYTES) -> Num:
     """Bytes of one head's s × s score matrix: s²·itemsize.
 
     >>> score_matrix_bytes(8192)            # 8192² × 2 B
@@ -58,7 +59,7 @@ class Footprint:
 def footprint(
     s: int,
     *,
-    itemsize: float = 2,
+    itemsize: float = BF16_BYTES,
     batch: int = 1,
     heads: int = 1,
     layers: int = 1,

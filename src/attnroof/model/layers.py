@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.cost import Access, Cost, Stage
+from attnroof.dtypes import BF16_BYTES
 from attnroof.model.config import ModelConfig
 from attnroof.ops import attention, decode, linear
 from attnroof.ops.elementwise import activation, add, copy, norm
@@ -31,9 +32,9 @@ PHASES = (PREFILL, DECODE)
 class Precision:
     """Bytes per element of activations (the compute dtype), weights and the KV cache."""
 
-    itemsize: float = 2
-    weight_itemsize: float = 2
-    kv_itemsize: float = 2
+    itemsize: float = BF16_BYTES
+    weight_itemsize: float = BF16_BYTES
+    kv_itemsize: float = BF16_BYTES
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ Fused (one kernel; S and P live on chip tile by tile and never land)::
 from __future__ import annotations
 
 from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT, softmax_flops
 
@@ -33,8 +34,6 @@ QK, MASK, SOFTMAX, PV, FUSED = "Q·Kᵀ", "mask", "softmax", "P·V", "fused atte
 
 MASK_BYTES_PER_ELEMENT = 1
 """A boolean mask: one byte per score (torch.bool)."""
-
-BF16_BYTES = 2
 
 
 def _kept(scores: Num, causal: bool) -> Num:

@@ -8,6 +8,7 @@ they run on every token of every layer.
 from __future__ import annotations
 
 from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.dtypes import BF16_BYTES
 
 RMSNORM_FLOPS_PER_ELEMENT = 4
 """x², the running sum, x·rsqrt(mean), times the scale: four operations per element (the one
@@ -39,7 +40,7 @@ def norm(
     n: Num,
     h: Num,
     *,
-    itemsize: Num = 2,
+    itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     kind: str = "rms",
     name: str = "norm",
@@ -67,7 +68,7 @@ def norm(
     )
 
 
-def add(n: Num, h: Num, *, itemsize: Num = 2, name: str = "residual add") -> Cost:
+def add(n: Num, h: Num, *, itemsize: Num = BF16_BYTES, name: str = "residual add") -> Cost:
     """Residual add of two ``n × h`` tensors: reads both, writes the sum.
 
     >>> add(1, 4096).bytes                  # 3 × 4096 × 2 bytes
@@ -81,7 +82,9 @@ def add(n: Num, h: Num, *, itemsize: Num = 2, name: str = "residual add") -> Cos
     )
 
 
-def activation(n: Num, width: Num, *, gated: bool, itemsize: Num = 2, name: str = "activation") -> Cost:
+def activation(
+    n: Num, width: Num, *, gated: bool, itemsize: Num = BF16_BYTES, name: str = "activation"
+) -> Cost:
     """The MLP's activation on ``n`` tokens of ``width`` (the intermediate size).
 
     Gated (SwiGLU, Llama/Mistral/Qwen): reads gate and up (2·width), writes silu(gate)·up.
@@ -102,7 +105,7 @@ def activation(n: Num, width: Num, *, gated: bool, itemsize: Num = 2, name: str 
 def copy(
     elements: Num,
     *,
-    read_itemsize: Num = 2,
+    read_itemsize: Num = BF16_BYTES,
     write_itemsize: Num | None = None,
     name: str = "copy",
     tensor: str = "X",

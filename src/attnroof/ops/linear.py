@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.matmul import matmul_flops
 
 
@@ -11,7 +12,7 @@ def linear(
     k: Num,
     m: Num,
     *,
-    itemsize: Num = 2,
+    itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     name: str = "linear",
 ) -> Cost:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from attnroof.cost import Cost
+from attnroof.dtypes import BF16_BYTES
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT, attention, decode, linear
 from attnroof.roofline import Roof
 
@@ -69,7 +70,7 @@ def attention_trajectory(
     *,
     fused: bool,
     causal: bool = False,
-    itemsize: float = 2,
+    itemsize: float = BF16_BYTES,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
 ) -> Trajectory:
     """Prefill attention (one head) over ``s_values`` at head dimension ``d``."""
@@ -94,7 +95,7 @@ def decode_trajectory(
     s_values: Sequence[int] = DEFAULT_S,
     *,
     group: int = 1,
-    itemsize: float = 2,
+    itemsize: float = BF16_BYTES,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
 ) -> Trajectory:
     """Decode (one token per query head against a KV cache of length s), ``group`` query heads
@@ -114,7 +115,7 @@ def linear_trajectory(
     m: int,
     n_values: Sequence[int] = DEFAULT_N,
     *,
-    itemsize: float = 2,
+    itemsize: float = BF16_BYTES,
 ) -> Trajectory:
     """A linear layer (k × m weight) over ``n_values`` tokens: the batching argument of F3."""
     n = np.asarray(n_values, dtype=np.float64)
@@ -133,7 +134,7 @@ def trajectories(
     groups: Sequence[int] = (),
     linear: tuple[int, int] | None = None,
     n_values: Sequence[int] = DEFAULT_N,
-    itemsize: float = 2,
+    itemsize: float = BF16_BYTES,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
 ) -> list[Trajectory]:
     """The trajectories a chart asks for: unfused and fused attention (and causal), decode for
