@@ -117,6 +117,8 @@ def sweep(
             "intensity": intensity,
             "attainable_flops_per_s": roof.attainable(intensity),
             "time_s": roof.time(flops, nbytes),
+            "compute_time_s": flops / roof.peak_flops_per_s,
+            "memory_time_s": nbytes / roof.bandwidth_bytes_per_s,
             "compute_bound": roof.compute_bound(intensity),
             "verdict": roof.verdict(intensity),
         }

@@ -1,7 +1,8 @@
 """Memory footprint of the materialised score matrix (part E1).
 
-Unfused attention writes the s × s scores (and the probabilities) of every head to device memory;
-training keeps them for the backward pass. Fused attention never materialises them.
+Unfused attention writes an s × s matrix per head to device memory (the scores S, then the
+probabilities P in their place); training keeps one of them per head for the backward pass. The
+footprint counts that one matrix, as part E1 does. Fused attention never materialises it.
 """
 
 from __future__ import annotations

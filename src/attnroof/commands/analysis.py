@@ -258,6 +258,8 @@ def _sweep_run(args: argparse.Namespace) -> int:
                 "intensity": float(r["intensity"][i]),
                 "attainable_flops_per_s": float(r["attainable_flops_per_s"][i]),
                 "time_s": float(r["time_s"][i]),
+                "compute_time_s": float(r["compute_time_s"][i]),
+                "memory_time_s": float(r["memory_time_s"][i]),
                 "limiter": "compute" if r["compute_bound"][i] else "memory",
                 "verdict": str(r["verdict"][i]),
             }
