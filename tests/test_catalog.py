@@ -379,6 +379,15 @@ def test_attention_on_a_catalog_device():
     assert "H100 SXM (bf16): peak 989 TFLOP/s, bandwidth 3.35 TB/s" in text
 
 
+def test_sheet_on_a_catalog_device():
+    r = run_cli("sheet", "--device", "mi300x")
+    assert r.returncode == 0, r.stderr
+    # MI300X bf16: 1307.4e12 / 5.3e12 = 246.7 FLOP/byte; fused: 517s/1024 ≥ 13074/53 ⇔ s ≥ 489.
+    assert "# Attention roofline: MI300X, bf16" in r.stdout
+    assert "ridge 247 FLOP/byte" in r.stdout
+    assert "**Compute-bound from s = 489**" in r.stdout
+
+
 # ---------------------------------------------------------------- the README
 
 
