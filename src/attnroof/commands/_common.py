@@ -13,6 +13,7 @@ from typing import Any
 from attnroof.devices import DEFAULT_DEVICE, Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
+from attnroof.jsonable import to_jsonable
 from attnroof.roofline import Roof
 from attnroof.units import parse_quantity
 
@@ -82,6 +83,20 @@ def int_list(text: str) -> list[int]:
     if not parts:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers")
     return [positive_int(p) for p in parts]
+
+
+def add_head_dim_arg(p: argparse.ArgumentParser, *, default: int | None = None) -> None:
+    """``-d/--head-dim D``: required, unless a default is given."""
+    p.add_argument(
+        "-d",
+        "--head-dim",
+        dest="d",
+        type=positive_int,
+        required=default is None,
+        default=default,
+        metavar="D",
+        help="head dimension" + (f" (default {default})" if default is not None else ""),
+    )
 
 
 def positive_quantity(text: str) -> float:
@@ -187,19 +202,6 @@ def require(condition: bool, message: str) -> None:
 
 
 # ---------------------------------------------------------------- output
-
-
-def to_jsonable(x: Any) -> Any:
-    """Plain JSON values: numpy scalars to Python numbers, non-finite floats to null."""
-    if isinstance(x, dict):
-        return {str(k): to_jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [to_jsonable(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, str | bytes):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def emit_json(data: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from attnroof.analysis import Comparison, attention_crossover, softmax_share, st
 from attnroof.commands._common import (
     Command,
     add_device_args,
+    add_head_dim_arg,
     add_json_arg,
     add_softmax_arg,
     emit_json,
@@ -37,9 +38,7 @@ def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
         metavar="S",
         help="sequence length (8192 or 8k)",
     )
-    p.add_argument(
-        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
-    )
+    add_head_dim_arg(p)
 
 
 def _heads_args(p: argparse.ArgumentParser) -> None:
@@ -126,9 +125,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length"
     )
-    p.add_argument(
-        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
-    )
+    add_head_dim_arg(p)
     _heads_args(p)
     add_softmax_arg(p)
     add_device_args(p)
@@ -219,9 +216,7 @@ def _linear_run(args: argparse.Namespace) -> int:
 
 
 def _sweep_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
-    )
+    add_head_dim_arg(p)
     p.add_argument(
         "-s",
         "--seq",
@@ -304,9 +299,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
 
 
 def _crossover_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
-    )
+    add_head_dim_arg(p)
     p.add_argument("--causal", action="store_true", help="causal mask")
     add_softmax_arg(p)
     add_device_args(p)

@@ -14,7 +14,14 @@ import argparse
 import sys
 from typing import Any
 
-from attnroof.commands._common import Command, add_json_arg, emit_json, positive_int, require
+from attnroof.commands._common import (
+    Command,
+    add_head_dim_arg,
+    add_json_arg,
+    emit_json,
+    positive_int,
+    require,
+)
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError
 
@@ -80,9 +87,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length"
     )
-    p.add_argument(
-        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
-    )
+    add_head_dim_arg(p)
     _heads(p, group=False)
     p.add_argument("--causal", action="store_true", help="causal mask")
     _impl_arg(p)
@@ -94,9 +99,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length"
     )
-    p.add_argument(
-        "-d", "--head-dim", dest="d", type=positive_int, required=True, metavar="D", help="head dimension"
-    )
+    add_head_dim_arg(p)
     _heads(p, group=True)
     _impl_arg(p)
     _append_arg(p)

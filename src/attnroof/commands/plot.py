@@ -13,6 +13,7 @@ from typing import Any
 from attnroof.commands._common import (
     Command,
     add_device_args,
+    add_head_dim_arg,
     add_json_arg,
     add_softmax_arg,
     emit_json,
@@ -76,15 +77,7 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
 
 def _plot_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="image to write: .png, .svg or .pdf")
-    p.add_argument(
-        "-d",
-        "--head-dim",
-        dest="d",
-        type=positive_int,
-        default=128,
-        metavar="D",
-        help="head dimension (default 128)",
-    )
+    add_head_dim_arg(p, default=128)
     p.add_argument(
         "-s",
         "--seq",

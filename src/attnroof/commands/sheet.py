@@ -8,6 +8,7 @@ from typing import Any
 from attnroof.commands._common import (
     Command,
     add_device_args,
+    add_head_dim_arg,
     add_json_arg,
     add_softmax_arg,
     emit_json,
@@ -28,15 +29,7 @@ def add_sheet_args(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="sequence length (default 8192)",
     )
-    p.add_argument(
-        "-d",
-        "--head-dim",
-        dest="d",
-        type=positive_int,
-        default=128,
-        metavar="D",
-        help="head dimension (default 128)",
-    )
+    add_head_dim_arg(p, default=128)
     p.add_argument(
         "--batch", type=positive_int, default=8, help="batch for footprint and batching (default 8)"
     )

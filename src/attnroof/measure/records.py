@@ -16,6 +16,7 @@ from typing import Any
 
 from attnroof.devices import Device
 from attnroof.errors import InputError
+from attnroof.jsonable import to_jsonable
 from attnroof.roofline import Roof, place
 
 OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
@@ -171,7 +172,7 @@ class ResultsFile:
 
     def append(self, rec: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(_jsonable(rec), ensure_ascii=False) + "\n")
+            f.write(json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
         self.records.append(rec)
@@ -185,17 +186,7 @@ class ResultsFile:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with tmp.open("w", encoding="utf-8") as f:
             for rec in records:
-                f.write(json.dumps(_jsonable(rec), ensure_ascii=False) + "\n")
+                f.write(json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
