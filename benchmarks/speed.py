@@ -43,7 +43,7 @@ def time_sweep(runs: int = 5) -> list[float]:
         t0 = time.perf_counter()
         out = sweep(s, d, roof)
         times.append(time.perf_counter() - t0)
-        assert out["fused"]["verdict"].shape == (POINTS,)
+        assert out["fused"].verdict.shape == (POINTS,)
     return times
 
 

@@ -7,8 +7,8 @@
     limiter     = compute if intensity ≥ ridge, else memory
     verdict     = "near ridge" within a factor NEAR_RIDGE_FACTOR of the ridge, else the limiter
 
-The functions take Python numbers or numpy arrays alike, so a sweep of a million shapes is one
-call.
+One :func:`place` serves Python numbers and numpy arrays alike: a sweep of a million shapes is
+one call, and placing one shape never imports numpy.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from attnroof import arrays
 from attnroof.cost import Cost, Num
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
@@ -51,11 +50,11 @@ class Roof:
 
     def attainable(self, intensity: Num) -> Num:
         """FLOP/s: min(P, I·B)."""
-        return np.minimum(self.peak_flops_per_s, intensity * self.bandwidth_bytes_per_s)
+        return arrays.minimum(self.peak_flops_per_s, intensity * self.bandwidth_bytes_per_s)
 
     def time(self, flops: Num, nbytes: Num) -> Num:
         """Seconds: max(F/P, bytes/B), the lower bound on the kernel's run time."""
-        return np.maximum(flops / self.peak_flops_per_s, nbytes / self.bandwidth_bytes_per_s)
+        return arrays.maximum(flops / self.peak_flops_per_s, nbytes / self.bandwidth_bytes_per_s)
 
     def compute_bound(self, intensity: Num) -> Num:
         """True where the compute roof is the lower one (I ≥ ridge)."""
@@ -64,30 +63,61 @@ class Roof:
     def verdict(self, intensity: Num) -> Num:
         """ "memory-bound", "near ridge" or "compute-bound" (an array of them for arrays)."""
         ridge = self.ridge
-        out = np.where(
+        return arrays.where(
             intensity < ridge / NEAR_RIDGE_FACTOR,
             MEMORY_BOUND,
-            np.where(intensity > ridge * NEAR_RIDGE_FACTOR, COMPUTE_BOUND, NEAR_RIDGE),
+            arrays.where(intensity > ridge * NEAR_RIDGE_FACTOR, COMPUTE_BOUND, NEAR_RIDGE),
         )
-        return str(out) if out.ndim == 0 else out
+
+    def limiter(self, intensity: Num) -> Num:
+        """ "compute" where I ≥ ridge, else "memory" (an array of them for arrays)."""
+        return arrays.where(self.compute_bound(intensity), COMPUTE, MEMORY)
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A cost on a roof: every number of a roofline row, in SI units."""
+    """A cost on a roof: every number of a roofline row, in SI units. Each field is a float for
+    one shape, or an array (labels: an array of str) for a sweep; :meth:`at` takes one row."""
 
-    flops: float
-    bytes: float
-    intensity: float
+    flops: Num
+    bytes: Num
+    intensity: Num
     ridge: float
-    attainable_flops_per_s: float
-    time_s: float
-    compute_time_s: float
-    memory_time_s: float
-    limiter: str
-    verdict: str
+    attainable_flops_per_s: Num
+    time_s: Num
+    compute_time_s: Num
+    memory_time_s: Num
+    limiter: Num
+    verdict: Num
+
+    def __len__(self) -> int:
+        return 1 if arrays.is_scalar(self.flops) else len(self.flops)
+
+    def at(self, i: int) -> Placement:
+        """Row ``i`` of a swept placement, as a placement of one shape."""
+        if arrays.is_scalar(self.flops):
+            return self
+        return Placement(
+            flops=float(self.flops[i]),
+            bytes=float(self.bytes[i]),
+            intensity=float(self.intensity[i]),
+            ridge=self.ridge,
+            attainable_flops_per_s=float(self.attainable_flops_per_s[i]),
+            time_s=float(self.time_s[i]),
+            compute_time_s=float(self.compute_time_s[i]),
+            memory_time_s=float(self.memory_time_s[i]),
+            limiter=str(self.limiter[i]),
+            verdict=str(self.verdict[i]),
+        )
+
+    def rows(self) -> list[Placement]:
+        """Every row of a swept placement (one for a single shape)."""
+        return [self.at(i) for i in range(len(self))]
 
     def to_json(self) -> dict[str, Any]:
+        """One shape: its fields. A sweep: a list of rows under ``"rows"``."""
+        if not arrays.is_scalar(self.flops):
+            return {"rows": [p.to_json() for p in self.rows()]}
         return {
             "flops": self.flops,
             "bytes": self.bytes,
@@ -101,17 +131,22 @@ class Placement:
         }
 
 
-def place(cost: Cost | tuple[float, float], roof: Roof) -> Placement:
-    """Place one cost (or a ``(flops, bytes)`` pair) on ``roof``.
+def place(cost: Cost | tuple[Num, Num], roof: Roof) -> Placement:
+    """Place a cost (or a ``(flops, bytes)`` pair) on ``roof``: floats for one shape, arrays for
+    a cost evaluated on arrays of shapes.
 
     >>> from attnroof.ops import attention
     >>> p = place(attention(8192, 128), Roof(1200e12, 4.0e12))
     >>> round(p.intensity, 1), p.limiter, round(p.time_s * 1e6)      # part D4
     (63.6, 'memory', 136)
+    >>> import numpy as np
+    >>> sweep = place(attention(np.array([512, 8192]), 128, fused=True), Roof(1200e12, 4.0e12))
+    >>> sweep.verdict.tolist()                                        # part C4, fused
+    ['near ridge', 'compute-bound']
     """
     flops, nbytes = (cost.flops, cost.bytes) if isinstance(cost, Cost) else cost
-    flops, nbytes = float(flops), float(nbytes)
-    if nbytes <= 0:
+    flops, nbytes = arrays.as_float(flops), arrays.as_float(nbytes)
+    if arrays.is_scalar(nbytes) and nbytes <= 0:
         raise ValueError("a cost with no bytes has no intensity")
     intensity = flops / nbytes
     return Placement(
@@ -119,10 +154,10 @@ def place(cost: Cost | tuple[float, float], roof: Roof) -> Placement:
         bytes=nbytes,
         intensity=intensity,
         ridge=roof.ridge,
-        attainable_flops_per_s=float(roof.attainable(intensity)),
-        time_s=float(roof.time(flops, nbytes)),
+        attainable_flops_per_s=arrays.as_float(roof.attainable(intensity)),
+        time_s=arrays.as_float(roof.time(flops, nbytes)),
         compute_time_s=flops / roof.peak_flops_per_s,
         memory_time_s=nbytes / roof.bandwidth_bytes_per_s,
-        limiter=COMPUTE if roof.compute_bound(intensity) else MEMORY,
+        limiter=roof.limiter(intensity),
         verdict=roof.verdict(intensity),
     )

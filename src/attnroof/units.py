@@ -5,7 +5,7 @@ printing a table)::
 
     >>> 4.0 * TB / SECOND          # Device R's bandwidth, in bytes/s
     4000000000000.0
-    >>> 28.9e-6 / MICROSECOND
+    >>> round(28.9e-6 / MICROSECOND, 9)   # to µs (round off the binary fraction)
     28.9
 """
 
@@ -20,7 +20,6 @@ GIGA = 1e9
 TERA = 1e12
 PETA = 1e15
 
-BYTE = 1
 KB, MB, GB, TB = KILO, MEGA, GIGA, TERA
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 

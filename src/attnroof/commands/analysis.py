@@ -242,23 +242,11 @@ def _sweep_run(args: argparse.Namespace) -> int:
         itemsize=dt.itemsize,
         softmax_flops_per_element=args.softmax_flops,
     )
-    rows: list[dict[str, Any]] = []
-    for i, s in enumerate(args.s):
-        row: dict[str, Any] = {"s": s}
-        for label in ("unfused", "fused"):
-            r = res[label]
-            row[label] = {
-                "flops": float(r["flops"][i]),
-                "bytes": float(r["bytes"][i]),
-                "intensity": float(r["intensity"][i]),
-                "attainable_flops_per_s": float(r["attainable_flops_per_s"][i]),
-                "time_s": float(r["time_s"][i]),
-                "compute_time_s": float(r["compute_time_s"][i]),
-                "memory_time_s": float(r["memory_time_s"][i]),
-                "limiter": "compute" if r["compute_bound"][i] else "memory",
-                "verdict": str(r["verdict"][i]),
-            }
-        rows.append(row)
+    unfused, fused = res["unfused"].rows(), res["fused"].rows()
+    rows: list[dict[str, Any]] = [
+        {"s": s, "unfused": u.to_json(), "fused": f.to_json()}
+        for s, u, f in zip(args.s, unfused, fused, strict=True)
+    ]
     if args.json:
         emit_json(
             {
