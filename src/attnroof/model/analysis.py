@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import DECODE, PREFILL, Op, Precision, cached_tokens, model_ops
+from attnroof.model.layers import DECODE, PREFILL, Op, Precision, layer_table, model_ops
 from attnroof.model.memory import Memory, memory
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof, place
@@ -168,7 +168,7 @@ def _notes(model: ModelConfig, phase: str, context: int, prec: Precision) -> tup
     w = model.sliding_window
     if w is not None and context > w:
         if phase == DECODE:
-            kept = cached_tokens(model, context)
+            kept = next(i for i in layer_table(model) if i.is_attention).cached_tokens(context)
             notes.append(f"sliding window {w}: each new token reads the last {kept} tokens' K and V")
         else:
             notes.append(

@@ -15,7 +15,7 @@ from typing import Any
 
 from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import DECODE, Precision
+from attnroof.model.layers import DECODE, Precision, gemm_shapes
 from attnroof.ops import linear
 from attnroof.roofline import Roof
 
@@ -36,23 +36,6 @@ class GemmCrossover:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "k": self.k, "m": self.m, "batch": self.batch, "exact": self.exact}
-
-
-def gemm_shapes(model: ModelConfig) -> list[tuple[str, int, int]]:
-    """(name, k, m) of each weight GEMM of a layer, and the LM head."""
-    m = model
-    mlp = (
-        [("gate/up projection", m.hidden, 2 * m.intermediate)]
-        if m.gated
-        else [("up projection", m.hidden, m.intermediate)]
-    )
-    return [
-        ("QKV projection", m.hidden, m.q_width + 2 * m.kv_width),
-        ("output projection", m.q_width, m.hidden),
-        *mlp,
-        ("down projection", m.intermediate, m.hidden),
-        ("LM head", m.hidden, m.vocab),
-    ]
 
 
 def gemm_crossovers(model: ModelConfig, roof: Roof, prec: Precision) -> list[GemmCrossover]:

@@ -87,40 +87,15 @@ class ModelConfig:
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
 
-    @property
-    def norm_params(self) -> int:
-        """Parameters of one norm: the scale, plus LayerNorm's shift."""
-        return self.hidden * (2 if self.norm == "layer" else 1)
-
-    def layer_params(self) -> int:
-        """Parameters of one transformer block."""
-        h, q, kv, i = self.hidden, self.q_width, self.kv_width, self.intermediate
-        attn = h * (q + 2 * kv) + q * h
-        attn += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
-        mlp_in = 2 * i if self.gated else i
-        mlp = h * mlp_in + i * h + (mlp_in + h) * self.mlp_bias
-        return attn + mlp + 2 * self.norm_params
-
-    def embedding_params(self) -> int:
-        """Token embedding (plus learned positions, if any)."""
-        return self.vocab * self.hidden + self.learned_positions * self.hidden
-
-    def lm_head_params(self) -> int:
-        """The output projection's own parameters: none when tied to the embedding."""
-        return 0 if self.tied else self.vocab * self.hidden
-
     def params(self) -> int:
-        """All parameters.
+        """All parameters, summed over the layer table (:mod:`attnroof.model.layers`).
 
         >>> builtin("llama-3.1-8b").params()      # the published 8.03 B
         8030261248
         """
-        return (
-            self.layers * self.layer_params()
-            + self.embedding_params()
-            + self.lm_head_params()
-            + self.norm_params  # the final norm
-        )
+        from attnroof.model.layers import params
+
+        return params(self)
 
     def streamed_params(self) -> int:
         """Parameters a forward step reads whole: all but the tables it only gathers rows of
@@ -129,8 +104,9 @@ class ModelConfig:
         >>> builtin("llama-3.1-8b").streamed_params()   # 8.03 B less the 128256 × 4096 embedding
         7504924672
         """
-        gathered = self.learned_positions * self.hidden + (0 if self.tied else self.vocab * self.hidden)
-        return self.params() - gathered
+        from attnroof.model.layers import params_read
+
+        return params_read(self)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,11 +1,13 @@
 """Device memory of a model at a batch and context: weights, KV cache, activations.
 
-    weights      = parameters × weight itemsize
-    KV per token = layers × 2 (K and V) × kv_heads × head_dim × KV itemsize
-    KV cache     = KV per token × batch × cached tokens (context, or the sliding window)
+    weights      = Σ over the layer table of runs × parameters, × weight itemsize
+    KV per token = Σ over attention instances of runs × the elements each token adds
+                   (2 × kv_heads × head_dim for GQA), × KV itemsize
+    KV cache     = Σ over attention instances of that × batch × cached tokens (the context,
+                   or the sliding window)
     activations  = one layer's live tensors: the residual stream plus the largest transient
-                   (QKV output, MLP intermediate, the last tokens' logits, or, unfused, the
-                   score matrices of all heads)
+                   (the widest GEMM output — QKV, MLP intermediate, the last tokens' logits —
+                   or, unfused, the score matrices of all heads)
 
 Weights are paid once; everything else grows in proportion to the batch, so the largest batch
 that fits is a division.
@@ -14,11 +16,14 @@ that fits is a division.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
+from attnroof import arrays
+from attnroof.cost import Num
 from attnroof.footprint import score_matrix_bytes
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import PREFILL, Precision, cached_tokens
+from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params, params_read
 
 MAX_SEARCH_CONTEXT = 2**40
 """Contexts searched for the largest that fits; beyond it (only with a sliding window and fused
@@ -32,27 +37,42 @@ def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float) -> float:
     >>> kv_cache_bytes_per_token(builtin("llama-3.1-8b"), 2)     # 32 × 2 × 8 × 128 × 2
     131072
     """
-    return model.layers * 2 * model.kv_width * kv_itemsize
+    return sum(i.count * i.kv_elements_per_token for i in layer_table(model)) * kv_itemsize
+
+
+def kv_cache_bytes_per_sequence(model: ModelConfig, context: Num, kv_itemsize: float) -> Num:
+    """Bytes of one sequence's KV cache at ``context`` tokens: each attention instance keeps its
+    own cached tokens (all of them, or its window).
+
+    >>> from attnroof.model.config import builtin
+    >>> kv_cache_bytes_per_sequence(builtin("mistral-7b"), 32768, 2)   # 32 × 2 × 8 × 128 × 2 × 4096
+    536870912
+    """
+    total: Num = 0
+    for i in layer_table(model):
+        if i.kv_elements_per_token:
+            total = total + i.count * i.kv_elements_per_token * i.cached_tokens(context)
+    return total * kv_itemsize
 
 
 def activation_bytes(
-    model: ModelConfig, phase: str, batch: int, context: int, prec: Precision, *, fused: bool
-) -> float:
+    model: ModelConfig, phase: str, batch: Num, context: Num, prec: Precision, *, fused: bool
+) -> Num:
     """Peak live activation bytes of one layer (layers run one after another and free their
     transients). Unfused prefill materialises ``batch × heads`` score matrices of context²."""
-    m = model
-    prefill = phase == PREFILL
-    n = batch * context if prefill else batch
-    widest = max(
-        n * (m.q_width + 2 * m.kv_width),
-        n * (2 * m.intermediate if m.gated else m.intermediate),
-        batch * m.vocab,
+    step = Step(phase, batch, context, prec, fused)
+    table = layer_table(model)
+    hidden = next(i.shape["width"] for i in table if i.operator == "embedding")
+    widest = reduce(
+        arrays.maximum, (step.tokens(i.tokens) * i.shape["m"] for i in table if i.operator == "linear")
     )
-    scores = 0.0
     if not fused:
-        per_head = score_matrix_bytes(context, 1) if prefill else cached_tokens(m, context)
-        scores = batch * m.heads * per_head
-    return (n * m.hidden + max(widest, scores)) * prec.itemsize
+        for i in table:
+            if i.is_attention:
+                heads = i.shape["group"] * i.shape["kv_heads"]
+                per_head = score_matrix_bytes(context, 1) if phase == PREFILL else i.cached_tokens(context)
+                widest = arrays.maximum(widest, batch * heads * per_head)
+    return (step.tokens() * hidden + widest) * prec.itemsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +132,13 @@ def memory(
     (1073741824, 116)
     """
     per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize)
-    weights = model.params() * prec.weight_itemsize
+    weights = params(model) * prec.weight_itemsize
 
     def used(b: int, c: int) -> float:
-        kv = per_token * b * cached_tokens(model, c)
+        kv = kv_cache_bytes_per_sequence(model, c, prec.kv_itemsize) * b
         return weights + kv + activation_bytes(model, phase, b, c, prec, fused=fused)
 
-    per_seq = per_token * cached_tokens(model, context)
+    per_seq = kv_cache_bytes_per_sequence(model, context, prec.kv_itemsize)
     act = activation_bytes(model, phase, batch, context, prec, fused=fused)
     if capacity_bytes is None:
         fits, max_batch, max_context = None, None, None
@@ -130,7 +150,7 @@ def memory(
         max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
     return Memory(
         weights_bytes=weights,
-        weights_read_bytes=model.streamed_params() * prec.weight_itemsize,
+        weights_read_bytes=params_read(model) * prec.weight_itemsize,
         kv_cache_bytes_per_token=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,

@@ -118,3 +118,23 @@ def copy(
     """
     w_item = read_itemsize if write_itemsize is None else write_itemsize
     return _one(name, 0, (Access(tensor, elements * read_itemsize),), (Access(tensor, elements * w_item),))
+
+
+def embedding(
+    tokens: Num,
+    width: Num,
+    *,
+    weight_itemsize: Num = BF16_BYTES,
+    itemsize: Num = BF16_BYTES,
+    name: str = "embedding",
+    tensor: str = "embedding rows",
+) -> Cost:
+    """Gather one ``width``-wide row of a table for each of ``tokens`` tokens: a copy of the rows
+    read (in the weight dtype), written as activations. The rest of the table is never read.
+
+    >>> embedding(1, 4096).bytes            # one bf16 row read, one written
+    16384
+    """
+    return copy(
+        tokens * width, read_itemsize=weight_itemsize, write_itemsize=itemsize, name=name, tensor=tensor
+    )

@@ -1,0 +1,94 @@
+"""A whole model on a grid of batch sizes × contexts in one evaluation of its layer table.
+
+The layer table's costs are plain arithmetic, so feeding numpy arrays of batch (as a column)
+and context (as a row) costs every operator at every grid point at once; placing each kernel
+on the roof is element-wise too. The numbers equal :func:`attnroof.model.analysis.analyse`'s
+at each point (``tests/test_model_grid.py`` checks it); what a grid leaves out are the per-point
+searches (largest batch, largest context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof import arrays
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import DECODE, Precision, model_ops, params
+from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_sequence
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+from attnroof.roofline import MEMORY, Roof, place
+
+
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """One step at every (batch, context): arrays of shape (len(batch), len(context)), SI units."""
+
+    batch: Any
+    context: Any
+    flops: Any
+    bytes: Any
+    time_s: Any
+    memory_bound_share: Any
+    attention_share: Any
+    tokens_per_s: Any | None
+    """Decode: batch / step time; None for prefill (the step time is the time to first token)."""
+    memory_bytes: Any
+    """Weights + KV cache + activations."""
+    fits: Any | None
+    """memory_bytes ≤ capacity, where a capacity is given."""
+
+
+def grid(
+    model: ModelConfig,
+    phase: str,
+    batch: Any,
+    context: Any,
+    roof: Roof,
+    prec: Precision | None = None,
+    *,
+    capacity_bytes: float | None = None,
+    fused: bool = True,
+    softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
+) -> Grid:
+    """``model``'s ``phase`` step at every batch × context, from one pass over its layer table.
+
+    >>> from attnroof.model.config import builtin
+    >>> g = grid(builtin("llama-3.1-8b"), "decode", [1, 64], [8192], Roof(989e12, 4.8e12))
+    >>> g.tokens_per_s.round().tolist()      # batch 1: 1 / ((15.0 GB weights + 1.07 GB KV) / 4.8 TB/s)
+    [[298.0], [3639.0]]
+    """
+    import numpy as np
+
+    p = prec or Precision()
+    b = np.asarray(batch, dtype=np.float64).reshape(-1, 1)
+    c = np.asarray(context, dtype=np.float64).reshape(1, -1)
+    zero = np.zeros(np.broadcast_shapes(b.shape, c.shape))
+    flops, nbytes, time, mem_time, attn_time = zero, zero, zero, zero, zero
+    ops = model_ops(model, phase, b, c, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element)
+    for op in ops:
+        for stage in op.cost:
+            pl = place((stage.flops, stage.bytes), roof)
+            flops = flops + op.count * pl.flops
+            nbytes = nbytes + op.count * pl.bytes
+            time = time + op.count * pl.time_s
+            mem_time = mem_time + op.count * arrays.where(pl.limiter == MEMORY, pl.time_s, 0.0)
+            if op.attention:
+                attn_time = attn_time + op.count * pl.time_s
+    used = (
+        params(model) * p.weight_itemsize
+        + kv_cache_bytes_per_sequence(model, c, p.kv_itemsize) * b
+        + activation_bytes(model, phase, b, c, p, fused=fused)
+    )
+    return Grid(
+        batch=b,
+        context=c,
+        flops=flops,
+        bytes=nbytes,
+        time_s=time,
+        memory_bound_share=mem_time / time,
+        attention_share=attn_time / time,
+        tokens_per_s=b / time if phase == DECODE else None,
+        memory_bytes=used + zero,
+        fits=None if capacity_bytes is None else used + zero <= capacity_bytes,
+    )

@@ -1,0 +1,96 @@
+"""The operator table: every operator attnroof can cost, registered once.
+
+Like ``torch/utils/flop_counter.py``'s registered formulas or jax's per-primitive roofline rules,
+each entry names an operator and points at its formula; nothing else in attnroof decides what an
+operator costs. An entry has three slots:
+
+- ``forward``: the forward pass, a function of shapes returning a :class:`~attnroof.cost.Cost`
+  (the formulas of :mod:`attnroof.ops`, unchanged);
+- ``backward``: the backward pass (the training issue fills it; ``None`` until then);
+- ``split``: the cost on one of ``n`` devices plus its collectives (the parallelism issue fills
+  it; ``None`` until then).
+
+``kind`` groups operators the way a calibration fits them and a report sums them: ``gemm``
+(weight matrix products), ``attention`` (the score/softmax/value pipeline) and ``memory``
+(element-wise passes and copies, always far below any ridge).
+
+    >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
+    134217728
+    >>> sorted(OPERATORS)
+    ['activation', 'add', 'attention', 'copy', 'decode', 'embedding', 'linear', 'norm', 'softmax']
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from attnroof.cost import Cost
+from attnroof.errors import InputError
+from attnroof.ops import attention, decode, linear
+from attnroof.ops.elementwise import activation, add, copy, embedding, norm
+from attnroof.ops.softmax import softmax
+
+GEMM, ATTENTION, MEMORY_PASS = "gemm", "attention", "memory"
+KINDS = (GEMM, ATTENTION, MEMORY_PASS)
+
+CostFn = Callable[..., Cost]
+
+
+@dataclass(frozen=True, slots=True)
+class Operator:
+    """One registered operator: its name, its kind and the formulas of each pass."""
+
+    name: str
+    kind: str
+    forward: CostFn
+    backward: CostFn | None = None
+    split: CostFn | None = None
+
+    @property
+    def summary(self) -> str:
+        """The first line of the forward formula's docstring."""
+        return (self.forward.__doc__ or "").strip().splitlines()[0]
+
+
+OPERATORS: dict[str, Operator] = {}
+
+
+def register(
+    name: str,
+    forward: CostFn,
+    *,
+    kind: str,
+    backward: CostFn | None = None,
+    split: CostFn | None = None,
+) -> Operator:
+    """Add ``name`` to the table. A name is registered once: a second registration is a bug."""
+    if name in OPERATORS:
+        raise ValueError(f"operator {name!r} is already registered")
+    if kind not in KINDS:
+        raise ValueError(f"operator {name!r}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    op = Operator(name, kind, forward, backward, split)
+    OPERATORS[name] = op
+    return op
+
+
+def operator(name: str) -> Operator:
+    """The registered operator ``name``; :class:`InputError` with a suggestion otherwise."""
+    try:
+        return OPERATORS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(OPERATORS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InputError(f"unknown operator {name!r}{hint} (known: {', '.join(sorted(OPERATORS))})") from None
+
+
+register("linear", linear, kind=GEMM)
+register("attention", attention, kind=ATTENTION)
+register("decode", decode, kind=ATTENTION)
+register("softmax", softmax, kind=MEMORY_PASS)
+register("norm", norm, kind=MEMORY_PASS)
+register("add", add, kind=MEMORY_PASS)
+register("activation", activation, kind=MEMORY_PASS)
+register("embedding", embedding, kind=MEMORY_PASS)
+register("copy", copy, kind=MEMORY_PASS)
