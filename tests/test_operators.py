@@ -1,0 +1,91 @@
+"""The operator table: one entry per operator, each pointing at its formula; the layer table
+is built from it; a model's shapes live in one place."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attnroof import operators, ops
+from attnroof.errors import InputError
+from attnroof.model.config import builtin
+from attnroof.model.layers import gemm_shapes, layer_table, params
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "attnroof"
+
+
+def test_every_formula_is_registered_once():
+    cost_formulas = {
+        "attention",
+        "decode",
+        "linear",
+        "softmax",
+        "norm",
+        "add",
+        "activation",
+        "copy",
+        "embedding",
+    }
+    assert set(operators.OPERATORS) == cost_formulas
+    with pytest.raises(ValueError, match="already registered"):
+        operators.register("linear", ops.linear, kind=operators.GEMM)
+
+
+def test_kinds_group_operators_for_calibration_and_reports():
+    kinds = {name: op.kind for name, op in operators.OPERATORS.items()}
+    assert kinds["linear"] == "gemm"
+    assert kinds["attention"] == kinds["decode"] == "attention"
+    assert {kinds[n] for n in ("softmax", "norm", "add", "activation", "copy", "embedding")} == {"memory"}
+
+
+def test_backward_and_split_slots_exist_for_later_passes():
+    op = operators.operator("attention")
+    assert op.backward is None and op.split is None  # filled by the training / parallelism issues
+
+
+def test_unknown_operator_suggests():
+    with pytest.raises(InputError, match="did you mean 'attention'"):
+        operators.operator("atention")
+
+
+def test_forward_is_the_formula():
+    # 2·n·k·m = 2 · 16 · 4096 · 1024
+    assert operators.operator("linear").forward(16, 4096, 1024).flops == 2 * 16 * 4096 * 1024
+    # softmax alone: 5 FLOPs per score; reads S, writes P (2 B each in bf16)
+    sm = operators.operator("softmax").forward(1000)
+    assert (sm.flops, sm.bytes) == (5 * 1000, 2 * 1000 * 2)
+
+
+def test_layer_table_rows_name_registered_operators():
+    for name in ("llama-3.1-8b", "gpt2", "qwen2.5-7b", "mistral-7b"):
+        for inst in layer_table(builtin(name)):
+            assert inst.operator in operators.OPERATORS, inst
+
+
+def test_llama_parameters_from_the_table_arithmetic():
+    # per layer: QKV 4096·(4096 + 2·1024) + O 4096·4096 + gate/up 4096·2·14336 + down 14336·4096
+    #            + two RMSNorm scales 2·4096
+    layer = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096 + 2 * 4096
+    total = 32 * layer + 128256 * 4096 * 2 + 4096  # untied embedding and head, final norm
+    assert params(builtin("llama-3.1-8b")) == total == 8_030_261_248
+
+
+def test_gemm_shapes_come_from_the_table():
+    assert gemm_shapes(builtin("llama-3.1-8b")) == [
+        ("QKV projection", 4096, 6144),
+        ("output projection", 4096, 4096),
+        ("gate/up projection", 4096, 28672),
+        ("down projection", 14336, 4096),
+        ("LM head", 4096, 128256),
+    ]
+
+
+def test_layer_shapes_exist_once():
+    """The MLP's input width (2 × intermediate when gated) is written in the layer table only."""
+    pattern = re.compile(r"2\s*\*\s*(m|model|self|cfg)\.intermediate")
+    hits = [
+        str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))
+    ]
+    assert hits == ["model/layers.py"]
