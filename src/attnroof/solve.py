@@ -2,7 +2,8 @@
 size at which an operator reaches the ridge, or a proof that it never does.
 
 The formulas are evaluated on a sympy symbol, so nothing here is derived by hand: change the
-device, dtype, head dimension or counting convention and the algebra is redone.
+device, dtype, head dimension or counting convention and the algebra is redone. sympy is
+imported on first use (it costs about 0.3 s), never when the module is.
 
     >>> from attnroof.ops import attention
     >>> c = crossover(lambda s: attention(s, 128, fused=True).intensity, 1200e12, 4.0e12)
@@ -17,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sympy as sp
+if TYPE_CHECKING:
+    import sympy as sp
 
 
 def exact(x: float | int) -> sp.Rational:
     """The exact rational value of a figure as written (1200e12 → 1200000000000000)."""
+    import sympy as sp
+
     if isinstance(x, int):
         return sp.Integer(x)
     return sp.Rational(repr(float(x)))
@@ -32,6 +36,8 @@ def exact(x: float | int) -> sp.Rational:
 def fraction_text(x: sp.Expr) -> str:
     """``'307200/517'`` for a rational (always p/q, never a simplified look-alike), ``'inf'`` for
     an unbounded value, ``sympy``'s own text otherwise."""
+    import sympy as sp
+
     if x.is_Rational:
         return str(sp.Rational(x))
     if x in (sp.oo, sp.zoo):
@@ -42,6 +48,8 @@ def fraction_text(x: sp.Expr) -> str:
 def exact_expr(e: Any) -> sp.Expr:
     """A formula's value on symbols, with every float in it (fp4's ½ byte, a softmax count of
     2.5) made the exact rational it was written as, and common factors cancelled."""
+    import sympy as sp
+
     return sp.cancel(sp.nsimplify(sp.sympify(e), rational=True))
 
 
@@ -84,6 +92,8 @@ class Crossover:
 
 def limit(intensity_of: Callable[[sp.Symbol], Any], variable: str = "s") -> sp.Expr:
     """lim intensity(x) as x → ∞, exactly (``sp.oo`` when unbounded)."""
+    import sympy as sp
+
     x = sp.Symbol(variable, positive=True)
     return sp.limit(exact_expr(intensity_of(x)), x, sp.oo)
 
@@ -99,6 +109,8 @@ def crossover(
     ``intensity_of`` is any formula's intensity as a function of one size; it is called once
     with a positive sympy symbol.
     """
+    import sympy as sp
+
     x = sp.Symbol(variable, positive=True)
     ridge = exact(peak_flops_per_s) / exact(bandwidth_bytes_per_s)
     intensity = exact_expr(intensity_of(x))
@@ -152,6 +164,8 @@ def crossover(
 
 
 def _intervals(s: sp.Set) -> list[sp.Interval]:
+    import sympy as sp
+
     if isinstance(s, sp.Interval):
         return [s]
     if isinstance(s, sp.Union):
@@ -161,6 +175,8 @@ def _intervals(s: sp.Set) -> list[sp.Interval]:
 
 def _smallest_integer(s: sp.Set) -> int | None:
     """The smallest integer ≥ 1 in a union of intervals, or None."""
+    import sympy as sp
+
     best: int | None = None
     for iv in _intervals(s):
         start = max(1, int(sp.ceiling(iv.inf))) if iv.inf.is_finite else 1
@@ -177,6 +193,8 @@ def _finite(value: sp.Expr) -> float | None:
 
 def _set_text(s: sp.Set, x: sp.Symbol) -> str:
     """A readable form of a solution set: ``s <= -307200/1883``, ``s >= 307200/517``, ``none``."""
+    import sympy as sp
+
     if s is sp.S.EmptySet:
         return "no real solution"
     if isinstance(s, sp.Interval):

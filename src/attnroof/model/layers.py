@@ -28,6 +28,9 @@ the prompt) or ``batch`` tokens at decode, each against its own KV cache of ``co
 reads the bias with its weight and adds it in the GEMM's epilogue: one more read and one FLOP per
 output element on the same kernel. Not counted (well under 1% of a layer's bytes and FLOPs):
 rotary position embedding and sampling.
+
+Length: the table and the binding of each row kind to the operator table are read together (a
+row's shape and the arguments its operator is called with); split, they would drift apart.
 """
 
 from __future__ import annotations
