@@ -16,7 +16,7 @@ from typing import Any
 from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import DECODE, Precision, gemm_shapes
-from attnroof.ops import linear
+from attnroof.operators import operator
 from attnroof.roofline import Roof
 
 MAX_BATCH_SEARCHED = 2**24
@@ -40,16 +40,17 @@ class GemmCrossover:
 
 def gemm_crossovers(model: ModelConfig, roof: Roof, prec: Precision) -> list[GemmCrossover]:
     """Per GEMM, the batch (tokens through it in decode) from which it is compute-bound, solved
-    exactly on the core's ``linear`` formula (sympy)."""
-    from attnroof.solve import crossover
+    exactly on the operator table's ``linear`` formula."""
+    from attnroof.solve import affine_crossover
 
+    gemm = operator("linear").forward
     out = []
     for name, k, m in gemm_shapes(model):
 
-        def intensity(n: Any, k: int = k, m: int = m) -> Any:
-            return linear(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize).intensity
+        def cost(n: Any, k: int = k, m: int = m) -> Any:
+            return gemm(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize)
 
-        c = crossover(intensity, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
+        c = affine_crossover(cost, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
         out.append(GemmCrossover(name, k, m, None if c.s_min is None else int(c.s_min), c.exact))
     return out
 
