@@ -170,8 +170,9 @@ MEASURED = [
     {"kind": "attention", "impl": "sdpa-flash", "dtype": "bf16", "status": "ok",
      "shape": {"s": 8192, "d": 128, "batch": 2, "heads": 32, "group": 4, "causal": True},
      "time_s": 1e-4, **_model(FLASH), "achieved_flops_per_s": 6.1e14},
-    {"kind": "attention", "impl": "sdpa-flash", "dtype": "bf16", "status": "oom",
-     "shape": {"s": 131072, "d": 128}},
+    {"kind": "attention", "impl": "sdpa-flash", "dtype": "bf16", "status": "skip",
+     "reason": "out of memory",
+     "shape": {"s": 131072, "d": 128, "batch": 1, "heads": 8, "group": 1, "causal": False}},
     {"kind": "decode", "impl": "sdpa", "dtype": "bf16", "status": "ok",
      "shape": {"s": 8192, "d": 128, "batch": 4, "heads": 32, "group": 8},
      "time_s": 2e-5, **_model(DECODE), "achieved_flops_per_s": 2.2e13},
@@ -201,7 +202,7 @@ def test_measured_points_linked_to_the_models_point(measured_file):
     (eager_xy,) = _model_xy(EAGER)
     (flash_xy,) = _model_xy(FLASH)
     assert _by_gid(fig, "measured-eager").get_offsets().tolist() == [[eager_xy[0], 1.2e14]]
-    # the failed (oom) run is not drawn
+    # the skipped (out of memory) run is not drawn
     assert _by_gid(fig, "measured-sdpa-flash").get_offsets().tolist() == [[flash_xy[0], 6.1e14]]
     # each measured point is linked to the model's point on R's roof at the same intensity:
     # eager is unfused attention at s = 1024; sdpa-flash fused, causal, GQA 4 (8 KV heads)
@@ -232,7 +233,8 @@ def test_read_measured_skips_failed_runs_and_ceiling_probes(tmp_path, measured_f
     assert [m.is_fused for m in rows[:2]] == [False, True]
     # what attnroof measure writes: every key present (None where it does not apply), the model
     # named, and the ceiling probes in the same file
-    probe = {**dict.fromkeys(MEASURED[0]), "kind": "ceiling", "impl": "read", "status": "ok", "flops": 0}
+    probe = {**dict.fromkeys(MEASURED[0]), "kind": "ceiling", "impl": "read", "status": "ok",
+             "dtype": "fp32", "shape": {"bytes": 2**28}, "time_s": 1e-4, "flops": 0, "bytes": 2**28}  # fmt: skip
     math_ = {**MEASURED[0], "impl": "sdpa-math", "model": "unfused", "reason": None, "ncu_bytes": None}
     named = {**MEASURED[1], "impl": "my-kernel", "model": "unfused"}
     path = tmp_path / "measure.jsonl"

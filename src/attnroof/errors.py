@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -47,10 +48,73 @@ def read_text(path: str | os.PathLike[str], what: str, error: type[AttnroofError
         raise error(f"cannot read {what} {str(p)!r}: {reason}") from None
 
 
-def read_json(path: str | os.PathLike[str], what: str, error: type[AttnroofError]) -> Any:
-    """A user's JSON file, parsed; ``error`` names the file and the reason if it can't be."""
-    text = read_text(path, what, error)
+class NotStrictJSON(ValueError):
+    """Text that Python's ``json`` would accept but JSON (RFC 8259) does not, or that cannot be
+    held as data: ``NaN``/``Infinity``, a number out of float range, an integer too long to
+    convert, nesting deeper than the parser can follow, or a key given twice in one object."""
+
+
+def _no_constants(name: str) -> Any:
+    raise NotStrictJSON(f"{name} is not a JSON number (JSON has no NaN or infinity)")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise NotStrictJSON(f"the number {_clip(text)} is out of range (larger than any float)")
+    return x
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise NotStrictJSON(f"key {_clip(key)!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` for files a user hands attnroof: strict JSON, every number finite.
+
+    Raises :class:`json.JSONDecodeError` for a syntax error and :class:`NotStrictJSON` for
+    everything else that is not data (see there): never ``RecursionError`` or a bare
+    ``ValueError``.
+
+    >>> loads_strict('{"time_s": NaN}')
+    Traceback (most recent call last):
+    ...
+    attnroof.errors.NotStrictJSON: NaN is not a JSON number (JSON has no NaN or infinity)
+    """
     try:
-        return json.loads(text)
+        return json.loads(
+            text, parse_constant=_no_constants, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
+    except (json.JSONDecodeError, NotStrictJSON):
+        raise
+    except RecursionError:
+        raise NotStrictJSON("nested too deeply to read") from None
+    except ValueError as e:  # int('9' * 5000): Python's limit on integer string conversion
+        if "digits" in str(e):
+            raise NotStrictJSON("an integer has more digits than any figure could (over 4300)") from None
+        raise NotStrictJSON(_clip(str(e), 120)) from None
+
+
+def parse_json(text: str, where: str, error: type[AttnroofError]) -> Any:
+    """:func:`loads_strict`, with any problem raised as ``error("<where>: ...")`` on one line."""
+    try:
+        return loads_strict(text)
     except json.JSONDecodeError as e:
-        raise error(f"{path}: not valid JSON: {e}") from None
+        raise error(f"{where}: not valid JSON: {e}") from None
+    except NotStrictJSON as e:
+        raise error(f"{where}: not valid JSON data: {e}") from None
+
+
+def read_json(path: str | os.PathLike[str], what: str, error: type[AttnroofError]) -> Any:
+    """A user's JSON file (a model config, a ceilings file), parsed strictly (see
+    :func:`loads_strict`); ``error`` names the file and the reason if it can't be read as data."""
+    return parse_json(read_text(path, what, error), str(path), error)

@@ -23,7 +23,7 @@ from attnroof.commands._common import (
     require,
 )
 from attnroof.devices import Device, get_device
-from attnroof.errors import InputError
+from attnroof.errors import InputError, read_json
 
 DEFAULT_RESULTS = "results.jsonl"
 
@@ -169,12 +169,11 @@ def _validate(args: argparse.Namespace) -> tuple[str, Device | None, Device | No
 
 
 def _saved_ceilings(path: str) -> list[dict[str, Any]]:
-    """The ceiling records kept in a ceilings file (none if it has none)."""
-    import json
-    from pathlib import Path
+    """The ceiling records kept in a ceilings file (none if it has none), each validated as a
+    results record is (they are copied into the results file)."""
+    from attnroof.measure.schema import ceiling_records
 
-    records = json.loads(Path(path).read_text(encoding="utf-8")).get("ceilings", [])
-    return [r for r in records if isinstance(r, dict) and "key" in r]
+    return ceiling_records(read_json(path, "ceilings file", InputError), path)
 
 
 def _torch_device(args: argparse.Namespace) -> Any:

@@ -41,6 +41,17 @@ MIN_PLAUSIBLE_RATE = 1e9
 """Below 1e9 FLOP/s or bytes/s a figure was almost surely typed in TFLOP/s, TB/s or GB/s."""
 MIN_PLAUSIBLE_CAPACITY = 1e6
 """Below 1 MB of device memory the figure was almost surely typed in GB."""
+MAX_PLAUSIBLE_FLOPS = 1e20
+"""Above 1e20 FLOP/s (100 EFLOP/s) a peak is not one device's: the fastest single chips publish
+~1e16 dense (B200 fp4 ~9e15; Cerebras WSE-3 1.25e17 for a whole wafer), so this leaves ~1000×
+headroom and catches a figure typed with the wrong prefix, a cluster's total, or garbage."""
+MAX_PLAUSIBLE_BANDWIDTH = 1e17
+"""Above 1e17 bytes/s (100 PB/s) a bandwidth is not one device's: HBM stacks give ~1e13 (H200
+4.8e12, B200 8e12) and the largest published on-device figure is Cerebras WSE-3's on-wafer SRAM
+at 2.1e16, which this bound still admits (a 1e16 bound would not)."""
+MAX_PLAUSIBLE_CAPACITY = 1e16
+"""Above 1e16 bytes (10 PB) of memory is not one device's: GPUs hold ~1e11 and the largest
+single hosts ~3e13 (24 TB), so this leaves ~300× headroom."""
 
 _REQUIRED = ("name", "peak_flops_per_s", "bandwidth_bytes_per_s")
 _OPTIONAL = {
@@ -103,15 +114,15 @@ class Device:
         """A copy with the figures given replaced; ``peak_flops_per_s`` applies to ``dt``."""
         changes: dict[str, Any] = {}
         if peak_flops_per_s is not None:
-            _check_rate("--peak-flops", peak_flops_per_s, "FLOP/s", "1200e12 or 1200T")
+            check_rate("--peak-flops", peak_flops_per_s, "FLOP/s", "1200e12 or 1200T")
             peaks = dict(self.peak_flops_per_s)
             peaks[dtype(dt).name] = float(peak_flops_per_s)
             changes["peak_flops_per_s"] = MappingProxyType(peaks)
         if bandwidth_bytes_per_s is not None:
-            _check_rate("--bandwidth", bandwidth_bytes_per_s, "bytes/s", "4e12 or 4T")
+            check_rate("--bandwidth", bandwidth_bytes_per_s, "bytes/s", "4e12 or 4T")
             changes["bandwidth_bytes_per_s"] = float(bandwidth_bytes_per_s)
         if capacity_bytes is not None:
-            _check_capacity("--capacity", capacity_bytes)
+            check_capacity("--capacity", capacity_bytes)
             changes["capacity_bytes"] = float(capacity_bytes)
         if not changes:
             return self
@@ -139,27 +150,73 @@ class Device:
 # ---------------------------------------------------------------- validation
 
 
-def _check_rate(what: str, value: Any, unit: str, example: str) -> None:
+def _show(value: Any) -> str:
+    """A figure for an error line; a huge integer (a 300-digit TOML value) is not printed whole."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
+        try:
+            text = str(value)
+        except ValueError:  # beyond Python's int-to-str limit
+            return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
+        return f"{text[:3]}…{text[-3:]} (a {len(text)}-digit integer)"
+    return repr(value)
+
+
+def _power(x: float) -> str:
+    """``1e20`` for 1e20."""
+    return f"1e{round(math.log10(x))}"
+
+
+def _check_figure(what: str, value: Any, unit: str) -> None:
+    """A positive, finite number: an int of any size or a finite float (no ``float()`` of an
+    int too large for one)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise DeviceFileError(f"{what} = {value!r} is not a number ({unit})")
-    if not math.isfinite(value) or value <= 0:
-        raise DeviceFileError(f"{what} = {value!r} must be a positive, finite number ({unit})")
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        raise DeviceFileError(f"{what} = {_show(value)} must be a positive, finite number ({unit})")
+
+
+def check_rate(what: str, value: Any, unit: str, example: str) -> None:
+    """:class:`DeviceFileError` unless ``value`` is a plausible rate of one device in ``unit``
+    (FLOP/s or bytes/s): between :data:`MIN_PLAUSIBLE_RATE` and :data:`MAX_PLAUSIBLE_FLOPS` or
+    :data:`MAX_PLAUSIBLE_BANDWIDTH`. The error names ``what`` (a field or a flag) and the value."""
+    _check_figure(what, value, unit)
     if value < MIN_PLAUSIBLE_RATE:
         raise DeviceFileError(
             f"{what} = {value!r} {unit} is implausibly small: figures are in {unit}, "
             f"not T{unit} or G{unit} (write e.g. {example})"
         )
+    top = MAX_PLAUSIBLE_FLOPS if unit.startswith("FLOP") else MAX_PLAUSIBLE_BANDWIDTH
+    if value > top:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} {unit} is implausibly large for one device (above {_power(top)} "
+            f"{unit}): figures are plain {unit} of a single device (write e.g. {example})"
+        )
 
 
-def _check_capacity(what: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DeviceFileError(f"{what} = {value!r} is not a number (bytes)")
-    if not math.isfinite(value) or value <= 0:
-        raise DeviceFileError(f"{what} = {value!r} must be a positive, finite number (bytes)")
+def check_capacity(what: str, value: Any) -> None:
+    """:class:`DeviceFileError` unless ``value`` is a plausible memory size of one device in
+    bytes: between :data:`MIN_PLAUSIBLE_CAPACITY` and :data:`MAX_PLAUSIBLE_CAPACITY`."""
+    _check_figure(what, value, "bytes")
     if value < MIN_PLAUSIBLE_CAPACITY:
         raise DeviceFileError(
             f"{what} = {value!r} bytes is implausibly small: capacity is in bytes, not GB "
             "(write e.g. 80e9 or 80G)"
+        )
+    if value > MAX_PLAUSIBLE_CAPACITY:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} bytes is implausibly large for one device (above "
+            f"{_power(MAX_PLAUSIBLE_CAPACITY)} bytes): capacity is plain bytes of a single device "
+            "(write e.g. 80e9 or 80G)"
+        )
+
+
+def _check_onchip(what: str, value: Any) -> None:
+    """On-chip memory (caches, SRAM): no lower bound (a few MB is real), the same upper one."""
+    _check_figure(what, value, "bytes")
+    if value > MAX_PLAUSIBLE_CAPACITY:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} bytes is implausibly large for one device "
+            f"(above {_power(MAX_PLAUSIBLE_CAPACITY)} bytes)"
         )
 
 
@@ -192,24 +249,19 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
             ) from None
         if dt_name in peaks:
             raise DeviceFileError(f"{at}peak_flops_per_s.{key}: {dt_name} is given twice")
-        _wrap(at, _check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12")
+        _wrap(at, check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12")
         peaks[dt_name] = float(value)
-    _wrap(at, _check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
+    _wrap(at, check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
     optional_rates = ("interconnect_bytes_per_s",)
     for key in optional_rates:
         if key in record:
-            _wrap(at, _check_rate, key, record[key], "bytes/s", "900e9")
+            _wrap(at, check_rate, key, record[key], "bytes/s", "900e9")
     for key in ("capacity_bytes", "onchip_bytes"):
         if key in record:
             if key == "capacity_bytes":
-                _wrap(at, _check_capacity, key, record[key])
-            elif (
-                isinstance(record[key], bool)
-                or not isinstance(record[key], int | float)
-                or not math.isfinite(record[key])
-                or record[key] <= 0
-            ):
-                raise DeviceFileError(f"{at}{key} = {record[key]!r} must be a positive number of bytes")
+                _wrap(at, check_capacity, key, record[key])
+            else:
+                _wrap(at, _check_onchip, key, record[key])
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise DeviceFileError(f"{at}'aliases' must be a list of strings")
@@ -253,6 +305,11 @@ def parse_devices(text: str, origin: str) -> list[Device]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DeviceFileError(f"{origin}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise DeviceFileError(f"{origin}: not valid TOML data: nested too deeply to read") from None
+    except ValueError as e:  # int('9' * 5000): Python's limit on integer string conversion
+        why = "an integer has more digits than any figure could (over 4300)" if "digits" in str(e) else e
+        raise DeviceFileError(f"{origin}: not valid TOML data: {why}") from None
     if "device" in doc:
         records = doc["device"]
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -376,9 +433,14 @@ DEFAULT_DEVICE = "R"
 __all__ = [
     "DEFAULT_DEVICE",
     "ENV_VAR",
+    "MAX_PLAUSIBLE_BANDWIDTH",
+    "MAX_PLAUSIBLE_CAPACITY",
+    "MAX_PLAUSIBLE_FLOPS",
     "Device",
     "builtin_devices",
     "catalog",
+    "check_capacity",
+    "check_rate",
     "device_from_record",
     "get_device",
     "load_ceilings_file",

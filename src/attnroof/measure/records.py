@@ -17,6 +17,7 @@ from typing import Any
 from attnroof.devices import Device
 from attnroof.errors import InputError
 from attnroof.jsonable import to_jsonable
+from attnroof.measure.schema import parse_results
 from attnroof.roofline import Roof, place
 
 OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
@@ -126,32 +127,19 @@ def roof_check(records: Iterable[Mapping[str, Any]]) -> str:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Records of an attnroof results file (JSON lines). A last line cut short by an interrupted
-    run is ignored; any other line that is not a record means this is someone else's file, and
-    :class:`~attnroof.errors.InputError` says so rather than let a writer touch it."""
+    """Records of an attnroof results file (JSON lines), each validated before any work starts
+    (:func:`attnroof.measure.schema.parse_results`: known kind and status, a shape of the right
+    keys and types, finite figures, each key once). A last line cut short by an interrupted run
+    is ignored; any other line that is not a record means this is someone else's file, and
+    :class:`~attnroof.errors.InputError` says so rather than let a writer touch it. A missing
+    file has no records."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{str(path)!r} cannot be read as a results file: {e}") from None
-    lines = text.split("\n")
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        if isinstance(rec, dict) and "key" in rec:
-            out.append(rec)
-        elif not (number == len(lines) and not text.endswith("\n")):  # not a cut-short last line
-            raise InputError(
-                f"{str(path)!r} line {number} is not an attnroof measurement: "
-                "not a results file, so it is left untouched (choose another -o)"
-            )
-    return out
+    return parse_results(text, str(path), keyed=True)
 
 
 class ResultsFile:

@@ -17,16 +17,16 @@ A ceilings file holds ``{"device": {"name": ..., "peak_flops_per_s": {"bf16": ..
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnroof.devices import Device
+from attnroof.devices import Device, check_rate
 from attnroof.dtypes import dtype
-from attnroof.errors import InputError, MissingPeak
+from attnroof.errors import DeviceFileError, InputError, MissingPeak, parse_json, read_text
+from attnroof.measure.schema import numbered_results, validate_record
 from attnroof.roofline import Roof
 
 OK = "ok"
@@ -83,12 +83,7 @@ class Measured:
 
 
 def _read_text(path: str | Path, what: str) -> str:
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise InputError(f"cannot read {what} {str(p)!r}: {reason}") from None
+    return read_text(path, what, InputError)
 
 
 def _number(value: Any, where: str, key: str) -> float:
@@ -107,8 +102,7 @@ def _positive(value: Any, where: str, key: str) -> float:
 def parse_measured_line(record: Any, where: str) -> Measured | None:
     """One results record, validated; ``None`` for a record whose status is not ``ok`` and for a
     ceiling measurement (a bandwidth or matmul probe, not an operator)."""
-    if not isinstance(record, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    validate_record(record, where)  # the checks every reader of results applies
     if record.get("kind") == CEILING_KIND:
         return None
     for key in REQUIRED_KEYS:
@@ -140,20 +134,25 @@ def parse_measured_line(record: Any, where: str) -> Measured | None:
 
 
 def read_measured(path: str | Path) -> list[Measured]:
-    """The ``ok`` measurements of a results file (JSON lines; blank lines ignored)."""
+    """The ``ok`` operator measurements of a results file (JSON lines; blank lines ignored).
+    Every record is validated first (:func:`attnroof.measure.schema.parse_results`: a bad record,
+    or one measurement given twice, is an error naming its line); a file with no ``ok`` operator
+    measurement is an error too, rather than an empty chart."""
     text = _read_text(path, "measured results")
+    records = numbered_results(text, str(path))
     out: list[Measured] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}: not valid JSON ({e.msg})") from None
-        m = parse_measured_line(record, where)
+    for lineno, record in records:
+        m = parse_measured_line(record, f"{path}:{lineno}")
         if m is not None:
             out.append(m)
+    if not out:
+        held = (
+            "it is empty"
+            if not records
+            else f"none of its {len(records)} record{'s' if len(records) != 1 else ''} is an ok "
+            "operator measurement (failed runs and ceiling probes are not drawn)"
+        )
+        raise InputError(f"{path}: no measurements to draw: {held}")
     return out
 
 
@@ -170,7 +169,7 @@ def parse_ceilings(doc: Any, where: str) -> list[Roof]:
         raise InputError(f"{where}: device.peak_flops_per_s must be an object of dtype: FLOP/s")
     if "bandwidth_bytes_per_s" not in dev:
         raise InputError(f"{where}: missing key 'device.bandwidth_bytes_per_s'")
-    bandwidth = _positive(dev["bandwidth_bytes_per_s"], where, "device.bandwidth_bytes_per_s")
+    bandwidth = _rate(dev["bandwidth_bytes_per_s"], where, "device.bandwidth_bytes_per_s", "bytes/s")
     roofs = []
     for key, value in peaks.items():
         try:
@@ -179,19 +178,25 @@ def parse_ceilings(doc: Any, where: str) -> list[Roof]:
             raise InputError(f"{where}: device.peak_flops_per_s: {e}") from None
         if value is None:
             continue  # a dtype the measurement could not run
-        peak = _positive(value, where, f"device.peak_flops_per_s.{key}")
+        peak = _rate(value, where, f"device.peak_flops_per_s.{key}", "FLOP/s")
         roofs.append(Roof(peak, bandwidth, name, dt.name))
     return roofs
 
 
 def read_ceilings(path: str | Path) -> list[Roof]:
     """The measured ceilings in ``path``, as one :class:`Roof` per dtype."""
-    text = _read_text(path, "ceilings file")
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg})") from None
+    doc = parse_json(_read_text(path, "ceilings file"), str(path), InputError)
     return parse_ceilings(doc, str(path))
+
+
+def _rate(value: Any, where: str, key: str, unit: str) -> float:
+    """A measured ceiling: positive, finite and plausible for one device (the catalog's bounds)."""
+    x = _positive(value, where, key)
+    try:
+        check_rate(key, x, unit, "4e12" if unit == "bytes/s" else "989e12")
+    except DeviceFileError as e:
+        raise InputError(f"{where}: {e}") from None
+    return x
 
 
 def _int(shape: Mapping[str, Any], key: str, default: int | None = None) -> int:

@@ -1,0 +1,230 @@
+"""What a results file may hold, checked when it is read: the one validation every reader of
+measurements applies (``measure ... --resume`` and ``-o``, ``plot --measured``, ``report
+--measured``, the ceiling records of a ceilings file). No torch, no numpy.
+
+A results file is JSON lines, one measurement per line, as ``attnroof measure`` writes it. Each
+record is checked before any work starts, and the first bad one is refused with one line that
+names the file, the line and what is wrong (``r.jsonl:12: time_s = NaN ...``):
+
+- strict JSON (no ``NaN``/``Infinity``, every number finite), one object per line;
+- ``kind`` one of :data:`KINDS`, ``status`` one of :data:`STATUSES`, ``impl`` and ``dtype``
+  non-empty strings;
+- ``shape`` an object with exactly the keys the kind has (:data:`SHAPES`): sizes positive
+  integers, ``causal`` true or false, ``heads`` a multiple of ``group``;
+- a measurement whose status is ``ok`` has a finite, positive ``time_s`` and finite
+  ``flops`` and ``bytes``; every figure present is finite and not negative (``time_s``
+  positive), or null.
+
+Blank lines are skipped. The last line, when the file does not end with a newline and the line
+is not complete JSON, is the record an interrupted run was writing: it is ignored (and
+rewritten by the next run).
+
+**Duplicates.** A measurement (a ``key``, or for a hand-written line without one, its kind,
+implementation, dtype and shape) appears once. A second record of the same measurement is an
+error naming both lines, so that nothing measured is dropped silently (two campaigns pasted
+together, or two devices, are not one results file). One exception: a record with status
+``error`` followed by a later record of the same key is a failed attempt and its retry, and the
+retry replaces it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from attnroof.errors import InputError, NotStrictJSON, loads_strict
+
+OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
+STATUSES = (OK, SKIP, WRONG, ERROR)
+"""ok: timed and correct; skip: could not run here (no backend, out of memory); wrong: ran, but
+the output failed the float32 reference check; error: failed (tried again on ``--resume``)."""
+
+CEILING = "ceiling"
+SHAPES: dict[str, tuple[str, ...]] = {
+    "attention": ("s", "d", "batch", "heads", "group", "causal"),
+    "decode": ("s", "d", "batch", "heads", "group"),
+    "linear": ("n", "k", "m"),
+}
+"""The shape keys of each operator kind, as :mod:`attnroof.measure.kernels` writes them."""
+CEILING_SHAPES: dict[str, tuple[str, ...]] = {
+    "read": ("bytes",),
+    "write": ("bytes",),
+    "copy": ("bytes",),
+    "matmul": ("n", "k", "m"),
+}
+"""The shape keys of each ceiling probe (``kind: "ceiling"``), by ``impl``."""
+KINDS = (*SHAPES, CEILING)
+BOOL_SHAPE_KEYS = frozenset({"causal"})
+
+FIGURES = (
+    "flops", "bytes", "intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound_time_s",
+    "efficiency", "catalog_bound_time_s", "catalog_efficiency", "ncu_bytes", "ncu_ratio", "rel_error",
+)  # fmt: skip
+"""Figures that are finite and not negative, or null."""
+TEXTS = ("device", "reason", "timestamp", "timing")
+"""Fields that are strings, or null."""
+MODELS = ("fused", "unfused")
+
+
+def _fail(where: str, message: str) -> InputError:
+    return InputError(f"{where}: {message}")
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _number(value: Any) -> bool:
+    """A finite int or float (a record built in Python may hold a NaN that JSON could not)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate_record(rec: Any, where: str, *, keyed: bool = False) -> dict[str, Any]:
+    """``rec`` if it is a measurement attnroof can use, else :class:`InputError` with one line
+    that starts with ``where`` (``FILE:LINE``) and names the field and the value. ``keyed``: the
+    record must carry its ``key`` (what ``--resume`` matches on)."""
+    if not isinstance(rec, dict):
+        raise _fail(where, f"expected a JSON object, got {type(rec).__name__}")
+    if keyed or "key" in rec:
+        key = rec.get("key")
+        if not isinstance(key, str) or not key.strip():
+            raise _fail(where, f"key = {_show(key)} must be a non-empty string")
+    for field in ("kind", "impl", "dtype", "status", "shape"):
+        if field not in rec:
+            raise _fail(where, f"missing key {field!r}")
+    for field in ("kind", "impl", "dtype", "status"):
+        if not isinstance(rec[field], str) or not rec[field].strip():
+            raise _fail(where, f"{field} = {_show(rec[field])} must be a non-empty string")
+    kind, impl, status = rec["kind"], rec["impl"], rec["status"]
+    if kind not in KINDS:
+        raise _fail(where, f"kind = {_show(kind)} is not a kind attnroof measures ({', '.join(KINDS)})")
+    if status not in STATUSES:
+        raise _fail(where, f"status = {_show(status)} is not one of {', '.join(STATUSES)}")
+    if kind == CEILING:
+        if impl not in CEILING_SHAPES:
+            raise _fail(where, f"impl = {_show(impl)} is not a ceiling probe ({', '.join(CEILING_SHAPES)})")
+        keys = CEILING_SHAPES[impl]
+    else:
+        keys = SHAPES[kind]
+    _check_shape(rec["shape"], keys, where)
+    for field in FIGURES:
+        value = rec.get(field)
+        if value is not None and (not _number(value) or value < 0):
+            raise _fail(where, f"{field} = {_show(value)} must be a finite number ≥ 0, or null")
+    time_s = rec.get("time_s")
+    if time_s is not None and (not _number(time_s) or time_s <= 0):
+        raise _fail(where, f"time_s = {_show(time_s)} must be a finite number of seconds > 0, or null")
+    if status == OK:
+        for field in ("time_s", "flops", "bytes"):
+            if rec.get(field) is None:
+                raise _fail(where, f"status is ok but {field} is {'null' if field in rec else 'missing'}")
+    for field in TEXTS:
+        if rec.get(field) is not None and not isinstance(rec[field], str):
+            raise _fail(where, f"{field} = {_show(rec[field])} must be a string, or null")
+    for field in ("impossible", "fused"):
+        if rec.get(field) is not None and not isinstance(rec[field], bool):
+            raise _fail(where, f"{field} = {_show(rec[field])} must be true or false")
+    if rec.get("model") is not None and rec["model"] not in MODELS:
+        raise _fail(where, f"model = {_show(rec['model'])} must be fused or unfused")
+    return rec
+
+
+def _check_shape(shape: Any, keys: tuple[str, ...], where: str) -> None:
+    if not isinstance(shape, dict):
+        raise _fail(where, f"shape = {_show(shape)} must be an object of {', '.join(keys)}")
+    for k in shape:
+        if k not in keys:
+            raise _fail(where, f"shape has {k!r}, which this kind has not (its keys: {', '.join(keys)})")
+    for k, v in shape.items():
+        if k in BOOL_SHAPE_KEYS:
+            if not isinstance(v, bool):
+                raise _fail(where, f"shape.{k} = {_show(v)} must be true or false")
+        elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise _fail(where, f"shape.{k} = {_show(v)} must be a positive integer")
+    for k in keys:
+        if k not in shape:
+            raise _fail(where, f"shape has no {k!r} (its keys: {', '.join(keys)})")
+    if "group" in shape and shape["heads"] % shape["group"]:
+        raise _fail(
+            where, f"shape.heads = {shape['heads']} is not a multiple of shape.group = {shape['group']}"
+        )
+
+
+def identity(rec: Mapping[str, Any]) -> str:
+    """What makes two records the same measurement: the ``key``, or for a line without one its
+    kind, implementation, dtype and shape."""
+    if isinstance(rec.get("key"), str):
+        return rec["key"]
+    shape = ",".join(f"{k}={v}" for k, v in sorted(rec["shape"].items()))
+    return f"{rec['kind']}/{rec['impl']}/{rec['dtype']}/{shape}"
+
+
+FOREIGN = "not an attnroof measurement: not a results file, so it is left untouched (choose another -o)"
+
+
+def parse_results(text: str, path: str, *, keyed: bool = False) -> list[dict[str, Any]]:
+    """The records of a results file's ``text``, every one validated (:func:`validate_record`)
+    and each measurement once (see the module's rules on duplicates), in file order.
+
+    ``keyed`` is for a file attnroof is about to write to (``measure -o``, ``--resume``): every
+    line must be a keyed record, and a line that is not JSON, or not an object with a ``key``, is
+    refused as someone else's file (:data:`FOREIGN`). Errors are one line, ``PATH:LINE: ...``."""
+    return [rec for _, rec in numbered_results(text, path, keyed=keyed)]
+
+
+def numbered_results(text: str, path: str, *, keyed: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`parse_results`, each record with its line number."""
+    lines = text.split("\n")
+    records: list[tuple[int, dict[str, Any]]] = []
+    seen: dict[str, int] = {}  # identity -> index in records
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        cut_short = number == len(lines) and not text.endswith("\n")
+        try:
+            rec = loads_strict(line)
+        except json.JSONDecodeError as e:
+            if cut_short:
+                continue  # the record an interrupted run was writing
+            raise _fail(where, FOREIGN if keyed else f"not valid JSON ({e.msg})") from None
+        except NotStrictJSON as e:
+            raise _fail(where, f"not valid JSON data: {e}") from None
+        if keyed and not (isinstance(rec, dict) and "key" in rec):
+            raise _fail(where, FOREIGN)
+        validate_record(rec, where, keyed=keyed)
+        ident = identity(rec)
+        if ident in seen:
+            first, earlier = records[seen[ident]]
+            if earlier["status"] != ERROR:
+                raise _fail(
+                    where,
+                    f"{ident} is measured twice (lines {first} and {number}); a results file holds "
+                    "each measurement once: remove one",
+                )
+            records[seen[ident]] = (number, rec)  # a failed attempt, then its retry: the retry counts
+            continue
+        seen[ident] = len(records)
+        records.append((number, rec))
+    return records
+
+
+def ceiling_records(doc: Any, path: str) -> list[dict[str, Any]]:
+    """The ceiling probes kept in a ceilings file's ``"ceilings"`` list (none if it has none),
+    each validated as a results record (they are copied into a results file), once each."""
+    records = doc.get("ceilings", []) if isinstance(doc, dict) else []
+    if not isinstance(records, list):
+        raise _fail(path, f"ceilings = {_show(records)} must be a list of ceiling records")
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        where = f"{path}: ceilings[{i}]"
+        validate_record(rec, where, keyed=True)
+        if rec["kind"] != CEILING:
+            raise _fail(where, f"kind = {_show(rec['kind'])}: only ceiling probes belong in a ceilings file")
+        if rec["key"] in seen:
+            raise _fail(where, f"{rec['key']} is measured twice (ceilings[{seen[rec['key']]}] and [{i}])")
+        seen[rec["key"]] = i
+    return records
