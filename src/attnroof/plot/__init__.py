@@ -21,7 +21,7 @@ try:
 except ImportError:  # pragma: no cover - exercised through a subprocess test
     raise MissingExtra(f"charts need matplotlib: {INSTALL_HINT}") from None
 
-from attnroof.plot.chart import ChartInputs, chart_inputs, roofline_figure  # noqa: E402
+from attnroof.plot.figure import ChartInputs, chart_inputs, roofline_figure  # noqa: E402
 from attnroof.plot.files import FORMATS, figure_svg, save_figure  # noqa: E402
 from attnroof.plot.inputs import Measured, read_ceilings, read_measured  # noqa: E402
 from attnroof.plot.report import report_html, write_report  # noqa: E402

@@ -9,10 +9,7 @@ that carries data has a ``gid`` (``roof-bf16``, ``ceiling-bf16``, ``band-bf16``,
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,14 +18,13 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from attnroof.devices import Device, get_device
-from attnroof.dtypes import DType, dtype
+from attnroof.devices import Device
 from attnroof.errors import InputError
-from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
-from attnroof.plot.inputs import Measured, model_point, read_ceilings, read_measured
-from attnroof.plot.series import DEFAULT_N, DEFAULT_S, Trajectory, roof_polyline, size_label, trajectories
+from attnroof.plot.inputs import Measured, model_point
+from attnroof.plot.labels import label_points
+from attnroof.plot.series import Trajectory, roof_polyline
 from attnroof.roofline import NEAR_RIDGE_FACTOR, Roof
-from attnroof.units import TFLOP_PER_S
+from attnroof.units import TB_PER_S, TFLOP_PER_S
 
 NOTEBOOK_DPI = 100
 FIGSIZE = (11.0, 6.5)
@@ -39,10 +35,6 @@ MARGIN = 3.0
 
 TOP_MARGIN = 1.6
 """Headroom above the highest roof, for the labels of points on it."""
-
-LABEL_MERGE_DISTANCE = 0.035
-"""Points of one trajectory closer than this (fraction of the axes, in log space) share a label
-("8k–128k"): a saturated trajectory reads as one cluster instead of a smudge of numbers."""
 
 ROOF_COLOURS = ("black", "#6b6b6b", "#9a9a9a", "#c0c0c0")
 TRAJECTORY_COLOURS = {
@@ -55,18 +47,6 @@ TRAJECTORY_COLOURS = {
 MARKERS = {"attention": "o", "decode": "^", "linear": "s"}
 DECODE_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray")
 MEASURED_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
-BELOW, ABOVE, FAR_BELOW, FAR_ABOVE = 0, 1, 2, 3
-LABEL_SIDES = (BELOW, ABOVE, ABOVE, BELOW, FAR_BELOW, FAR_ABOVE)
-"""Which side of its line each trajectory's size labels go, cycled: two trajectories through the
-same spot (unfused and causal unfused; fused at s and causal fused at 2s) label on opposite sides,
-and a fifth or sixth one (a linear layer) a line further out."""
-LABEL_OFFSETS = {
-    # side: (on the bandwidth slope, on the flat compute roof); (dx, dy) points and alignment
-    BELOW: ((7, -11, "left"), (0, -13, "center")),
-    ABOVE: ((-7, 3, "right"), (0, 6, "center")),
-    FAR_BELOW: ((9, -21, "left"), (0, -23, "center")),
-    FAR_ABOVE: ((-9, 12, "right"), (0, 15, "center")),
-}
 
 
 class RooflineFigure(Figure):
@@ -131,46 +111,6 @@ def _limits(values: Sequence[float], top: float = MARGIN) -> tuple[float, float]
     return min(values) / MARGIN, max(values) * top
 
 
-def _groups(
-    xs: np.ndarray, ys: np.ndarray, xlim: tuple[float, float], ylim: tuple[float, float]
-) -> list[list[int]]:
-    """Runs of consecutive points each within LABEL_MERGE_DISTANCE of the one before: they sit on
-    one spot of the chart and share a label."""
-    fx = (np.log10(xs) - math.log10(xlim[0])) / (math.log10(xlim[1]) - math.log10(xlim[0]))
-    fy = (np.log10(ys) - math.log10(ylim[0])) / (math.log10(ylim[1]) - math.log10(ylim[0]))
-    groups: list[list[int]] = []
-    for i in range(len(xs)):
-        if groups and math.hypot(fx[i] - fx[i - 1], fy[i] - fy[i - 1]) < LABEL_MERGE_DISTANCE:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
-def _label_points(
-    ax: Any, traj: Trajectory, colour: str, slot: int, peak: float, xlim: Any, ylim: Any
-) -> None:
-    """Label each point (or each run of points on one spot) of ``traj`` with its size."""
-    side = LABEL_OFFSETS[LABEL_SIDES[slot % len(LABEL_SIDES)]]
-    for j, group in enumerate(_groups(traj.intensity, traj.attainable, xlim, ylim)):
-        first, last = traj.sizes[group[0]], traj.sizes[group[-1]]
-        text = size_label(first) if len(group) == 1 else f"{size_label(first)}–{size_label(last)}"
-        if j == 0:
-            text = f"{traj.variable}={text}"
-        at = group[-1]
-        dx, dy, ha = side[1] if traj.attainable[at] >= peak else side[0]
-        ax.annotate(
-            text,
-            (traj.intensity[at], traj.attainable[at]),
-            xytext=(dx, dy),
-            textcoords="offset points",
-            ha=ha,
-            fontsize=7.5,
-            color=colour,
-            gid=f"label-{traj.key}-{j}",
-        )
-
-
 def draw_roofline(
     roofs: Sequence[Roof],
     trajs: Sequence[Trajectory] = (),
@@ -204,7 +144,16 @@ def draw_roofline(
             ys.append(mp[1])
     xlim, ylim = _limits(xs), _limits(ys, TOP_MARGIN)
 
-    band_handle = None
+    _draw_roofs(ax, roofs, ylim, xlim)
+    _draw_ceilings(ax, ceilings, roofs, xlim)
+    _draw_trajectories(ax, trajs, roofs[0].peak_flops_per_s, xlim, ylim)
+    _draw_measured(ax, links)
+    _finish(fig, ax, len(roofs), any(mp for _, mp in links), xlim, ylim, title)
+    return fig
+
+
+def _draw_roofs(ax: Any, roofs: Sequence[Roof], ylim: tuple[float, float], xlim: tuple[float, float]) -> None:
+    """Each catalog roof with its ridge: the line, the ±2× band, a dotted rule and a label."""
     for i, roof in enumerate(roofs):
         colour = ROOF_COLOURS[i % len(ROOF_COLOURS)]
         x, y = roof_polyline(roof, *xlim)
@@ -214,11 +163,11 @@ def draw_roofline(
             color=colour,
             lw=2.2,
             label=f"{roof.dtype} roof: {_tflops(roof.peak_flops_per_s)} TFLOP/s, "
-            f"{roof.bandwidth_bytes_per_s / 1e12:g} TB/s",
+            f"{roof.bandwidth_bytes_per_s / TB_PER_S:g} TB/s",
             gid=f"roof-{roof.dtype}",
             zorder=3,
         )
-        band = ax.axvspan(
+        ax.axvspan(
             roof.ridge / NEAR_RIDGE_FACTOR,
             roof.ridge * NEAR_RIDGE_FACTOR,
             color=colour,
@@ -227,7 +176,6 @@ def draw_roofline(
             gid=f"band-{roof.dtype}",
             zorder=0,
         )
-        band_handle = band_handle or band
         ax.axvline(roof.ridge, color=colour, lw=0.8, ls=":", zorder=1)
         ax.plot(
             [roof.ridge],
@@ -249,6 +197,12 @@ def draw_roofline(
             fontsize=8,
             color=colour,
         )
+
+
+def _draw_ceilings(
+    ax: Any, ceilings: Sequence[Roof], roofs: Sequence[Roof], xlim: tuple[float, float]
+) -> None:
+    """Measured roofs, dashed, in the colour of the catalog roof of the same dtype."""
     for roof in ceilings:
         same = [i for i, r in enumerate(roofs) if r.dtype == roof.dtype]
         colour = ROOF_COLOURS[same[0] % len(ROOF_COLOURS)] if same else "tab:gray"
@@ -262,9 +216,14 @@ def draw_roofline(
             gid=f"ceiling-{roof.dtype}",
             zorder=3,
             label=f"{roof.dtype} measured: {_tflops(roof.peak_flops_per_s)} TFLOP/s, "
-            f"{roof.bandwidth_bytes_per_s / 1e12:.3g} TB/s",
+            f"{roof.bandwidth_bytes_per_s / TB_PER_S:.3g} TB/s",
         )
 
+
+def _draw_trajectories(
+    ax: Any, trajs: Sequence[Trajectory], peak: float, xlim: tuple[float, float], ylim: tuple[float, float]
+) -> None:
+    """Each operator's path over its sizes, every point labelled with its size."""
     n_decode = 0
     for slot, t in enumerate(trajs):
         colour = _colour(t, n_decode)
@@ -283,8 +242,11 @@ def draw_roofline(
             fillstyle="none" if hollow else "full",
             zorder=4.5 if hollow else 5,
         )
-        _label_points(ax, t, colour, slot, roofs[0].peak_flops_per_s, xlim, ylim)
+        label_points(ax, t, colour, slot, peak, xlim, ylim)
 
+
+def _draw_measured(ax: Any, links: Sequence[tuple[Measured, tuple[float, float] | None]]) -> None:
+    """Measured points per implementation, each linked to the model's point for its shape."""
     impls = list(dict.fromkeys(m.impl for m, _ in links))
     for i, impl in enumerate(impls):
         colour = MEASURED_COLOURS[i % len(MEASURED_COLOURS)]
@@ -303,32 +265,43 @@ def draw_roofline(
             zorder=7,
         )
         pairs = [((m.intensity, m.achieved_flops_per_s), mp) for m, mp in mine if mp]
-        if pairs:
-            ax.add_collection(
-                LineCollection(
-                    [list(p) for p in pairs], colors=colour, lw=0.8, alpha=0.7, gid=f"link-{impl}", zorder=6
-                )
+        if not pairs:
+            continue
+        ax.add_collection(
+            LineCollection(
+                [list(p) for p in pairs], colors=colour, lw=0.8, alpha=0.7, gid=f"link-{impl}", zorder=6
             )
-            model = np.array([mp for _, mp in pairs])
-            ax.scatter(
-                model[:, 0],
-                model[:, 1],
-                marker="o",
-                s=26,
-                facecolor="none",
-                edgecolor=colour,
-                lw=1.0,
-                gid=f"model-{impl}",
-                zorder=6,
-            )
+        )
+        model = np.array([mp for _, mp in pairs])
+        ax.scatter(
+            model[:, 0],
+            model[:, 1],
+            marker="o",
+            s=26,
+            facecolor="none",
+            edgecolor=colour,
+            lw=1.0,
+            gid=f"model-{impl}",
+            zorder=6,
+        )
+
+
+def _finish(
+    fig: Figure,
+    ax: Any,
+    n_roofs: int,
+    linked: bool,
+    xlim: tuple[float, float],
+    ylim: tuple[float, float],
+    title: str,
+) -> None:
+    """Legend (with the ridge band and the linked-model marker), limits, ticks and labels."""
     handles, labels = ax.get_legend_handles_labels()
-    if band_handle is not None:
-        handles.insert(len(roofs), Patch(color="black", alpha=0.12))
-        labels.insert(len(roofs), f"within {NEAR_RIDGE_FACTOR}× of the ridge")
-    if any(mp for _, mp in links):
+    handles.insert(n_roofs, Patch(color="black", alpha=0.12))
+    labels.insert(n_roofs, f"within {NEAR_RIDGE_FACTOR}× of the ridge")
+    if linked:
         handles.append(ax.scatter([], [], marker="o", s=26, facecolor="none", edgecolor="black"))
         labels.append("model, same shape (linked)")
-
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     ax.xaxis.set_major_locator(LogLocator(base=10))
@@ -342,104 +315,3 @@ def draw_roofline(
     fig.legend(handles, labels, loc="outside right upper", fontsize=8.5, frameon=False)
     if title:
         ax.set_title(title, fontsize=11)
-    return fig
-
-
-def _as_dtypes(dtypes: str | DType | Sequence[str | DType]) -> list[DType]:
-    items = [dtypes] if isinstance(dtypes, str | DType) else list(dtypes)
-    out = [dtype(x) for part in items for x in (part.split(",") if isinstance(part, str) else [part])]
-    if not out:
-        raise InputError("no dtype given")
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class ChartInputs:
-    """Everything a roofline chart draws, before drawing: the numbers behind ``--json``."""
-
-    device: Device
-    roofs: list[Roof]
-    trajectories: list[Trajectory]
-    measured: list[Measured]
-    ceilings: list[Roof]
-    title: str
-
-    def draw(self) -> Figure:
-        return draw_roofline(
-            self.roofs,
-            self.trajectories,
-            measured=self.measured,
-            model_device=self.device,
-            ceilings=self.ceilings,
-            title=self.title,
-        )
-
-
-def chart_inputs(
-    device: Device | str = "R",
-    dtypes: str | DType | Sequence[str | DType] = "bf16",
-    *,
-    d: int = 128,
-    s_values: Sequence[int] = DEFAULT_S,
-    attention: bool = True,
-    causal: bool = False,
-    decode: bool = False,
-    groups: Sequence[int] = (),
-    linear: tuple[int, int] | None = None,
-    n_values: Sequence[int] = DEFAULT_N,
-    measured: Sequence[Measured] | str | Path | None = None,
-    ceilings: Sequence[Roof] | str | Path | None = None,
-    softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
-    title: str | None = None,
-) -> ChartInputs:
-    """The roofs, trajectories, measured points and ceilings of :func:`roofline_figure`."""
-    dev = get_device(device) if isinstance(device, str) else device
-    dts = _as_dtypes(dtypes)
-    roofs = [Roof.of(dev, dt) for dt in dts]
-    trajs = trajectories(
-        roofs[0],
-        d=d,
-        s_values=s_values,
-        attention=attention,
-        causal=causal,
-        decode=decode,
-        groups=groups,
-        linear=linear,
-        n_values=n_values,
-        itemsize=dts[0].itemsize,
-        softmax_flops_per_element=softmax_flops_per_element,
-    )
-    meas = read_measured(measured) if isinstance(measured, str | Path) else list(measured or ())
-    ceil = read_ceilings(ceilings) if isinstance(ceilings, str | Path) else list(ceilings or ())
-    wanted = {dt.name for dt in dts}
-    ceil = [r for r in ceil if r.dtype in wanted]
-    if title is None:
-        names = ", ".join(dt.name for dt in dts)
-        what = [f"attention d={d}"] if attention else []
-        what += ["decode"] if decode or groups else []
-        what += [f"linear {linear[0]}×{linear[1]}"] if linear else []
-        extra = f"; operators in {dts[0].name}" if len(dts) > 1 else ""
-        title = f"{dev.name} roofline ({names}): {', '.join(what) or 'roofs'}{extra}"
-    return ChartInputs(dev, roofs, trajs, meas, ceil, title)
-
-
-def roofline_figure(
-    device: Device | str = "R",
-    dtypes: str | DType | Sequence[str | DType] = "bf16",
-    **kwargs: Any,
-) -> Figure:
-    """A roofline chart of ``device``: one roof per dtype in ``dtypes`` (a list, or ``"bf16,fp8"``),
-    with the trajectories of unfused and fused attention over ``s_values`` at head dimension ``d``,
-    and on request ``causal`` attention, ``decode`` (``groups=[1, 8]`` for GQA), a batched
-    ``linear=(k, m)`` layer over ``n_values`` tokens, ``measured`` points (a results file or a list
-    of :class:`Measured`) each linked to the model's point for its shape, and measured
-    ``ceilings`` (a ceilings file or a list of :class:`Roof`). Operators use the first dtype.
-    Keyword arguments are those of :func:`chart_inputs`.
-
-    Example (device R, bf16)::
-
-        fig = roofline_figure("R", "bf16", d=128)
-        line = next(ln for ln in fig.axes[0].lines if ln.get_gid() == "traj-attention-fused")
-        line.get_xydata()[0]   # s = 512: I = 517·512/1024 = 258.5 FLOP/byte, 258.5 · 4 TB/s = 1.034e15 FLOP/s
-    """
-    return chart_inputs(device, dtypes, **kwargs).draw()
