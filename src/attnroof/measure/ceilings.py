@@ -19,9 +19,9 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import Any
 
+from attnroof import outfile
 from attnroof.devices import MIN_PLAUSIBLE_RATE, Device, device_from_record
 from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
@@ -227,7 +227,4 @@ def write_ceilings(path: str | os.PathLike[str], device: Device, records: list[d
     rec = {k: v for k, v in device.to_json().items() if v not in (None, "", [])}
     rec.pop("aliases", None)
     doc = {"format": FILE_FORMAT, "device": rec, "ceilings": records}
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    outfile.write_text(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
