@@ -137,7 +137,7 @@ def _suite_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resume",
         action="store_true",
-        help="keep the results file and skip the cases already in it",
+        help="keep the results file and measure only what it lacks (ceilings included)",
     )
     _force_arg(p)
     _impl_arg(p)
@@ -373,6 +373,17 @@ def _results_file(path: str, *, keep: bool = True) -> Any:
         raise InputError(f"-o {path!r}: {e.strerror or e}") from None
 
 
+def _interrupted(results: Any, path: str) -> str:
+    """What an interrupted suite leaves, and how to finish it (the line after "interrupted")."""
+    from attnroof import outfile
+
+    if results.stream:
+        n = len(results.records)
+        return f"{n} measurement{'s' if n != 1 else ''} written to {path}"
+    kept = outfile.measurements_in(path) or "no measurements"  # the file, not memory: it is what counts
+    return f"{kept} kept in {path} — rerun with --resume to finish"
+
+
 def _suite_file(args: argparse.Namespace) -> Any:
     """The suite's results file: kept (``--resume``), started over (``--force``), or new; a file
     that holds measurements is refused without one of them, and left as it was."""
@@ -408,17 +419,20 @@ def _suite_run(args: argparse.Namespace) -> int:
     def progress(rec: dict[str, Any]) -> None:
         print(f"  {rec['status']:5} {case_label(rec)} {rec['impl']}", file=sys.stderr, flush=True)
 
-    records, measured = run_suite(
-        results,
-        dev,
-        quick=args.quick,
-        dt=dt,
-        catalog=catalog,
-        ceilings=given,
-        ceiling_records=_saved_ceilings(args.ceilings) if args.ceilings else (),
-        cases=cases,
-        progress=None if args.json else progress,
-    )
+    try:
+        records, measured = run_suite(
+            results,
+            dev,
+            quick=args.quick,
+            dt=dt,
+            catalog=catalog,
+            ceilings=given,
+            ceiling_records=_saved_ceilings(args.ceilings) if args.ceilings else (),
+            cases=cases,
+            progress=None if args.json else progress,
+        )
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_interrupted(results, args.output)) from None
     note = _ncu(args, dev, records, cases)
     if note and any(r.get("ncu_bytes") is not None for r in records):
         results.rewrite(records)
