@@ -77,8 +77,10 @@ def target(path: str | os.PathLike[str]) -> Target:
             return Target(p, Path(os.path.realpath(p)), stream=False, exists=True)
         if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
             return Target(p, p, stream=True, exists=True)
-        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file, a device or a FIFO"
-        raise OutputError(f"cannot write {shown}: it is {what}")
+        what = (
+            "it is a folder" if stat.S_ISDIR(st.st_mode) else "only a file, a character device or a FIFO is"
+        )
+        raise OutputError(f"cannot write {shown}: {what}")
     real = Path(os.path.realpath(p))  # a dangling link: the file it names is created
     parent = real.parent
     if not parent.is_dir():
