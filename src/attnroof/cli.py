@@ -61,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnroofError as e:
         print(f"attnroof: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("attnroof: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:  # a command may say what was kept and how to go on
+        print(f"attnroof: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         sys.stderr.close()  # `attnroof sheet | head` is not an error

@@ -75,11 +75,18 @@ def _heads(p: argparse.ArgumentParser, *, group: bool) -> None:
         )
 
 
+def _force_arg(p: argparse.ArgumentParser) -> None:
+    from attnroof.outfile import FORCE_HELP
+
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
 def _ceilings_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="fewer, smaller matmul sizes")
     p.add_argument(
         "-o", "--output", metavar="FILE.json", help="write the ceilings here (usable as --device FILE.json)"
     )
+    _force_arg(p)
     _common(p, ceilings=False)
 
 
@@ -128,8 +135,11 @@ def _suite_setup(p: argparse.ArgumentParser) -> None:
         help=f"JSON-lines results, one measurement a line (default {DEFAULT_RESULTS})",
     )
     p.add_argument(
-        "--resume", action="store_true", help="keep the results file and skip the cases already in it"
+        "--resume",
+        action="store_true",
+        help="keep the results file and measure only what it lacks (ceilings included)",
     )
+    _force_arg(p)
     _impl_arg(p)
     _common(p)
 
@@ -252,10 +262,14 @@ def _output(
 
 
 def _ceilings_run(args: argparse.Namespace) -> int:
+    from attnroof import outfile
     from attnroof.measure.kernels import check_dtype
 
     check_dtype(args.dtype)
     catalog = _catalog(args)
+    if args.output:  # before anything is measured: a path that cannot or must not be written
+        outfile.target(args.output)
+        outfile.check_overwrite(args.output, force=args.force, foreign=False, hint=_FORCE_HINT)
     dev = _torch_device(args)
     from attnroof.measure.ceilings import best, measure_ceilings, measured_device, write_ceilings
 
@@ -344,30 +358,59 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
     return _output(args, dev, measured, catalog, records, [note])
 
 
-def _results_file(path: str) -> Any:
-    """The JSON-lines results file at ``path``, with the measurements already in it loaded."""
+_FORCE_HINT = " (pass --force to overwrite it, or choose another -o)"
+
+
+def _results_file(path: str, *, keep: bool = True) -> Any:
+    """The JSON-lines results file at ``path``, with the measurements already in it loaded
+    (``keep=False``: emptied)."""
     from attnroof.measure.records import ResultsFile
 
     try:
-        return ResultsFile(path, resume=True)
+        return ResultsFile(path, resume=keep)
     except OSError as e:
         raise InputError(f"-o {path!r}: {e.strerror or e}") from None
+
+
+def _interrupted(results: Any, path: str) -> str:
+    """What an interrupted suite leaves, and how to finish it (the line after "interrupted")."""
+    from attnroof import outfile
+
+    if results.stream:
+        n = len(results.records)
+        return f"{n} measurement{'s' if n != 1 else ''} written to {path}"
+    kept = outfile.measurements_in(path) or "no measurements"  # the file, not memory: it is what counts
+    return f"{kept} kept in {path} — rerun with --resume to finish"
+
+
+def _suite_file(args: argparse.Namespace) -> Any:
+    """The suite's results file: kept (``--resume``), started over (``--force``), or new; a file
+    that holds measurements is refused without one of them, and left as it was."""
+    from attnroof import outfile
+
+    if args.resume and args.force:
+        raise InputError("--resume keeps what -o holds and --force starts it over: choose one")
+    held = None if args.resume or args.force else outfile.measurements_in(args.output)
+    if held is None:
+        results = _results_file(args.output, keep=not args.force)
+        if args.resume or not results.records:
+            return results
+        held = f"{len(results.records)} measurements"
+    raise InputError(
+        f"-o {args.output!r} already holds {held}: pass --resume to continue it, --force to start "
+        "it over, or name another file (nothing measured is overwritten)"
+    )
 
 
 def _suite_run(args: argparse.Namespace) -> int:
     dt, catalog, given = _validate(args)
     impls = _impls(args, "suite")
+    results = _suite_file(args)  # a file that must not be touched is refused before torch loads
     dev = _torch_device(args)
     from attnroof.measure.report import case_label
     from attnroof.measure.suite import plan_cases, run_suite
 
     cases = plan_cases(dev.device.type, quick=args.quick, dt=dt, impls=impls)
-    results = _results_file(args.output)
-    if not args.resume and results.records:
-        raise InputError(
-            f"-o {args.output!r} already holds {len(results.records)} measurements: pass --resume to "
-            "continue it, or name another file (nothing measured is overwritten)"
-        )
     skipped = len(results.done & {c.key for c in cases})
     if skipped:
         print(f"resuming: {skipped} cases already in {args.output}", file=sys.stderr)
@@ -375,17 +418,20 @@ def _suite_run(args: argparse.Namespace) -> int:
     def progress(rec: dict[str, Any]) -> None:
         print(f"  {rec['status']:5} {case_label(rec)} {rec['impl']}", file=sys.stderr, flush=True)
 
-    records, measured = run_suite(
-        results,
-        dev,
-        quick=args.quick,
-        dt=dt,
-        catalog=catalog,
-        ceilings=given,
-        ceiling_records=_saved_ceilings(args.ceilings) if args.ceilings else (),
-        cases=cases,
-        progress=None if args.json else progress,
-    )
+    try:
+        records, measured = run_suite(
+            results,
+            dev,
+            quick=args.quick,
+            dt=dt,
+            catalog=catalog,
+            ceilings=given,
+            ceiling_records=_saved_ceilings(args.ceilings) if args.ceilings else (),
+            cases=cases,
+            progress=None if args.json else progress,
+        )
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(_interrupted(results, args.output)) from None
     note = _ncu(args, dev, records, cases)
     if note and any(r.get("ncu_bytes") is not None for r in records):
         results.rewrite(records)

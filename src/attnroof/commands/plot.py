@@ -43,6 +43,22 @@ def _pair(text: str) -> tuple[int, int]:
     return k, m
 
 
+def _output_check(args: argparse.Namespace) -> None:
+    """Before anything is drawn: a path that cannot be written, or that holds measurements."""
+    from attnroof import outfile
+
+    outfile.target(args.output)
+    outfile.check_overwrite(
+        args.output, force=args.force, hint=" (pass --force to overwrite it, or choose another -o)"
+    )
+
+
+def _force_arg(p: argparse.ArgumentParser) -> None:
+    from attnroof.outfile import FORCE_HELP
+
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
 def _inputs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--measured", metavar="FILE.jsonl", help="measured results (attnroof measure) to place on the chart"
@@ -77,6 +93,7 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
 
 def _plot_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="image to write: .png, .svg or .pdf")
+    _force_arg(p)
     add_head_dim_arg(p, default=128)
     p.add_argument(
         "-s",
@@ -117,6 +134,7 @@ def _plot_run(args: argparse.Namespace) -> int:
             f"-o {args.output!r}: unknown image format {suffix or '(no suffix)'!r}; use .png, .svg or .pdf"
         )
     require(args.tokens is None or args.linear is not None, "--tokens needs --linear K,M")
+    _output_check(args)
     plot = _load_plot()
     from attnroof.plot.series import DEFAULT_N, DEFAULT_S
 
@@ -184,6 +202,7 @@ def _report_setup(p: argparse.ArgumentParser) -> None:
     from attnroof.commands.sheet import add_sheet_args
 
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="HTML file to write")
+    _force_arg(p)
     add_sheet_args(p)
     _inputs_args(p)
     add_device_args(p)
@@ -198,6 +217,7 @@ def _report_run(args: argparse.Namespace) -> int:
     if Path(args.output).suffix.lower() not in (".html", ".htm"):
         raise InputError(f"-o {args.output!r}: a report is HTML; name it with .html")
     require(args.heads % args.group == 0, f"--heads {args.heads} is not a multiple of --group {args.group}")
+    _output_check(args)
     plot = _load_plot()
     dev, dts = _device_and_dtypes(args)
     require(len(dts) == 1, f"--dtype {args.dtype!r}: a report is for one dtype")

@@ -19,13 +19,13 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 from typing import Any
 
+from attnroof import outfile
 from attnroof.devices import MIN_PLAUSIBLE_RATE, Device, device_from_record
 from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
-from attnroof.measure.records import CEILING, OK, new_record, place_record, set_time
+from attnroof.measure.records import CEILING, OK, SKIP, new_record, place_record, set_time
 from attnroof.measure.runner import is_out_of_memory, one_line
 from attnroof.measure.timing import Budget, time_kernel
 from attnroof.units import GiB, MiB
@@ -62,45 +62,50 @@ def measure_ceilings(
     quick: bool = True,
     dtypes: Iterable[str] | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    kept: Iterable[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Ceiling records (kind ``"ceiling"``): read, write, copy, then matmul per dtype and size.
-    ``on_record`` sees each one as soon as it is measured (to write it before the next starts)."""
+    """Ceiling records (kind ``"ceiling"``): read, write, copy, then matmul per dtype and size,
+    one record per key of :func:`ceiling_keys` (a size that is not tried is a ``skip`` with the
+    reason, so that the keys do not depend on timing). ``on_record`` sees each new one as soon as
+    it is measured (to write it before the next starts).
+
+    ``kept``: records a resumed campaign already holds. Their keys are not measured again (a
+    bandwidth kernel counts as done whatever its buffer size); they take their place in the
+    returned list, and a kept matmul's time decides whether the next size is tried, as it did."""
+    have = {r["key"]: r for r in kept if r.get("kind") == CEILING and "key" in r}
     records = []
-    for rec in itertools.chain(_bandwidth(dev), _matmuls(dev, quick, dtypes)):
-        if on_record:
+    for rec, new in itertools.chain(_bandwidth(dev, have), _matmuls(dev, quick, dtypes, have)):
+        if new and on_record:
             on_record(rec)
         records.append(rec)
     return records
 
 
-def _bandwidth(dev: TorchDevice) -> Iterator[dict[str, Any]]:
-    torch = dev.torch
+def ceiling_keys(dev: TorchDevice, *, quick: bool = True, dtypes: Iterable[str] | None = None) -> list[str]:
+    """The key of every record :func:`measure_ceilings` makes on ``dev``, in order."""
+    n = _bandwidth_elements(dev)
+    keys = [_bandwidth_key(impl, n) for impl in BANDWIDTHS]
+    for dt in _matmul_dtypes(dev, dtypes):
+        keys += [_matmul_key(dt, size) for size in MATMUL_SIZES[(dev.device.type, quick)]]
+    return keys
+
+
+def _bandwidth_elements(dev: TorchDevice) -> int:
     size: float = GPU_BUFFER_BYTES if dev.is_cuda else CPU_BUFFER_BYTES
     while 2 * size > dev.memory_limit_bytes and size > 16 * MiB:
         size /= 2
-    n = int(size) // FP32_BYTES
-    x = torch.randn(n, device=dev.device)
-    y = torch.empty_like(x)
-    kernels = {READ: (lambda: x.sum(), 1), WRITE: (lambda: x.fill_(1.5), 1), COPY: (lambda: y.copy_(x), 2)}
-    for impl, (fn, passes) in kernels.items():
-        rec = new_record(
-            f"ceiling/{impl}/fp32/bytes={n * FP32_BYTES}",
-            CEILING,
-            impl,
-            {"bytes": n * FP32_BYTES},
-            "fp32",
-            dev.label,
-        )
-        t = time_kernel(fn, dev, BANDWIDTH_BUDGET, flush=False)
-        set_time(rec, t.best, 0, passes * n * FP32_BYTES)
-        rec["timing"] = t.method + ", best"
-        yield rec
-    kernels.clear()  # the buffers go with the lambdas
-    dev.free_memory()
+    return int(size) // FP32_BYTES
 
 
-def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> Iterator[dict[str, Any]]:
-    torch = dev.torch
+def _bandwidth_key(impl: str, n: int) -> str:
+    return f"ceiling/{impl}/fp32/bytes={n * FP32_BYTES}"
+
+
+def _matmul_key(dt: str, n: int) -> str:
+    return f"ceiling/matmul/{dt}/n={n}"
+
+
+def _matmul_dtypes(dev: TorchDevice, dtypes: Iterable[str] | None) -> list[str]:
     kind = dev.device.type
     wanted = list(dtypes) if dtypes is not None else list(MATMUL_DTYPES[kind])
     for dt in wanted:
@@ -108,6 +113,40 @@ def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> Ite
             raise InputError(
                 f"no matmul ceiling for {dt} on {kind}; measured: {', '.join(MATMUL_DTYPES[kind])}"
             )
+    return wanted
+
+
+def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator[tuple[dict[str, Any], bool]]:
+    torch = dev.torch
+    n = _bandwidth_elements(dev)
+    done = {r["impl"]: r for r in have.values() if r.get("impl") in BANDWIDTHS}
+    if all(impl in done for impl in BANDWIDTHS):
+        for impl in BANDWIDTHS:
+            yield done[impl], False
+        return
+    x = torch.randn(n, device=dev.device)
+    y = torch.empty_like(x)
+    kernels = {READ: (lambda: x.sum(), 1), WRITE: (lambda: x.fill_(1.5), 1), COPY: (lambda: y.copy_(x), 2)}
+    for impl, (fn, passes) in kernels.items():
+        if impl in done:
+            yield done[impl], False
+            continue
+        rec = new_record(_bandwidth_key(impl, n), CEILING, impl, {"bytes": n * FP32_BYTES}, "fp32", dev.label)
+        t = time_kernel(fn, dev, BANDWIDTH_BUDGET, flush=False)
+        set_time(rec, t.best, 0, passes * n * FP32_BYTES)
+        rec["timing"] = t.method + ", best"
+        yield rec, True
+    kernels.clear()  # the buffers go with the lambdas
+    dev.free_memory()
+
+
+def _matmuls(
+    dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None, have: Mapping[str, dict[str, Any]]
+) -> Iterator[tuple[dict[str, Any], bool]]:
+    torch = dev.torch
+    kind = dev.device.type
+    limit = MATMUL_MAX_CALL_S[quick]
+    for dt in _matmul_dtypes(dev, dtypes):
         tdtype = (
             torch.float32
             if dt in ("fp32", "tf32")
@@ -115,12 +154,35 @@ def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> Ite
         )
         itemsize = torch.empty((), dtype=tdtype).element_size()
         last_call = 0.0
+        stop = ""  # why no larger size is tried (one ran out of memory)
         for n in MATMUL_SIZES[(kind, quick)]:
-            if last_call * 8 > MATMUL_MAX_CALL_S[quick] or 3 * n * n * itemsize > dev.memory_limit_bytes:
-                break
-            rec = new_record(
-                f"ceiling/matmul/{dt}/n={n}", CEILING, MATMUL, {"n": n, "k": n, "m": n}, dt, dev.label
-            )
+            key = _matmul_key(dt, n)
+            if key in have:  # measured (or skipped) before this run was resumed
+                rec = have[key]
+                if rec.get("status") == OK and rec.get("time_s"):
+                    last_call = float(rec["time_s"])
+                elif str(rec.get("reason", "")).startswith("out of memory"):
+                    stop = f"not tried: n={n} ran out of memory"
+                elif str(rec.get("reason", "")).startswith("not tried: one call"):
+                    last_call *= 8
+                yield rec, False
+                continue
+            rec = new_record(key, CEILING, MATMUL, {"n": n, "k": n, "m": n}, dt, dev.label)
+            need = 3 * n * n * itemsize
+            reason = stop
+            if not reason and need > dev.memory_limit_bytes:
+                allowed = dev.memory_limit_bytes / GiB
+                reason = f"needs {need / GiB:.3g} GiB, over the {allowed:.3g} GiB this run may use"
+            if not reason and last_call * 8 > limit:
+                last_call *= 8  # the guess for this size: the next one is judged on it
+                reason = (
+                    f"not tried: one call would take about {last_call:.2g} s "
+                    f"(8× the size before), over {limit:g} s"
+                )
+            if reason:
+                rec.update(status=SKIP, reason=reason)
+                yield rec, True
+                continue
             try:
                 with _tf32(torch, dt == "tf32"):
                     a, b = (torch.randn(n, n, device=dev.device, dtype=tdtype) for _ in range(2))
@@ -128,12 +190,13 @@ def _matmuls(dev: TorchDevice, quick: bool, dtypes: Iterable[str] | None) -> Ite
             except Exception as e:
                 if not is_out_of_memory(e):
                     raise
-                rec.update(status="skip", reason=f"out of memory: {one_line(e)}")
-                yield rec
-                break
+                rec.update(status=SKIP, reason=f"out of memory: {one_line(e)}")
+                stop = f"not tried: n={n} ran out of memory"
+                yield rec, True
+                continue
             set_time(rec, t.best, 2 * n**3, 3 * n * n * itemsize)
             rec["timing"] = t.method + ", best"
-            yield rec
+            yield rec, True
             last_call = t.best
             del a, b
         dev.free_memory()
@@ -227,7 +290,4 @@ def write_ceilings(path: str | os.PathLike[str], device: Device, records: list[d
     rec = {k: v for k, v in device.to_json().items() if v not in (None, "", [])}
     rec.pop("aliases", None)
     doc = {"format": FILE_FORMAT, "device": rec, "ceilings": records}
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, p)
+    outfile.write_text(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

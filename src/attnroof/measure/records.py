@@ -12,8 +12,9 @@ import os
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from attnroof import outfile
 from attnroof.devices import Device
 from attnroof.errors import InputError
 from attnroof.jsonable import to_jsonable
@@ -145,36 +146,57 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 class ResultsFile:
     """A JSON-lines file written one record at a time, flushed and fsync'd, so that an
     interrupted run loses nothing. ``resume=True`` keeps what is there (minus a cut-short last
-    line); otherwise the file starts empty."""
+    line); otherwise the file starts empty.
+
+    The path follows :mod:`attnroof.outfile`'s rules: a symlink is written through, a missing
+    folder is refused, and a device or FIFO (``/dev/null``, a named pipe) is a **stream**: opened
+    once, each record written to it as made, never read (there is nothing to resume from) and
+    never rewritten (:meth:`rewrite` updates the records in memory only)."""
 
     def __init__(self, path: str | os.PathLike[str], *, resume: bool = False) -> None:
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = read_records(self.path) if resume else []
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._write_all(self.records)
+        self._target = outfile.target(self.path)
+        self._stream: IO[str] | None = None
+        if self._target.stream:
+            self.records: list[dict[str, Any]] = []
+            # no O_CREAT, no O_TRUNC: the device or FIFO stays what it is; held open for the run
+            self._stream = os.fdopen(os.open(self.path, os.O_WRONLY), "w", encoding="utf-8")
+            return
+        self.records = read_records(self.path) if resume else []
+        self._write_all(self.records)  # a cut-short last line goes
+
+    @property
+    def stream(self) -> bool:
+        """Written in place as a stream (a device or FIFO), not a regular file."""
+        return self._target.stream
 
     @property
     def done(self) -> set[str]:
         return {r["key"] for r in self.records}
 
     def append(self, rec: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        line = json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n"
+        if self._stream is not None:
+            self._stream.write(line)
+            self._stream.flush()
+        else:
+            with self._target.real.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
         self.records.append(rec)
 
     def rewrite(self, records: list[dict[str, Any]]) -> None:
         """Replace the file's contents at once (write a sibling, then rename over)."""
-        self._write_all(records)
+        if self._stream is None:
+            self._write_all(records)
         self.records = list(records)
 
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
     def _write_all(self, records: list[dict[str, Any]]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        text = "".join(json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n" for rec in records)
+        outfile.write_text(self._target.real, text)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.devices import Device
-from attnroof.measure.ceilings import measure_ceilings, measured_device
+from attnroof.measure.ceilings import ceiling_keys, measure_ceilings, measured_device
 from attnroof.measure.env import TorchDevice
 from attnroof.measure.kernels import IMPLS, Case, attention_case, decode_case, linear_case
-from attnroof.measure.records import CEILING, ERROR, ResultsFile, place_record
+from attnroof.measure.records import CEILING, ERROR, OK, ResultsFile, place_record
 from attnroof.measure.runner import measure_case
 from attnroof.measure.timing import FULL, QUICK
 
@@ -103,6 +103,25 @@ def plan_cases(
     return [c for c in cases if keep is None or c.impl in keep]
 
 
+def campaign_keys(
+    dev: TorchDevice,
+    *,
+    quick: bool,
+    dt: str = "bf16",
+    impls: Iterable[str] | None = None,
+    ceilings: bool = True,
+) -> list[str]:
+    """The key of every record a complete campaign holds, in order: the ceilings (unless they come
+    from a file: ``ceilings=False``), then :func:`plan_cases`. Nothing is measured."""
+    keys = ceiling_keys(dev, quick=quick) if ceilings else []
+    return keys + [c.key for c in plan_cases(dev.device.type, quick=quick, dt=dt, impls=impls)]
+
+
+def _unplaced(rec: dict[str, Any]) -> bool:
+    """A timed ceiling written before the roof it makes was known (the run stopped there)."""
+    return rec.get("status") == OK and rec.get("time_s") is not None and rec.get("bound_time_s") is None
+
+
 def run_suite(
     results: ResultsFile,
     dev: TorchDevice,
@@ -119,7 +138,10 @@ def run_suite(
     """Run the campaign into ``results`` (skipping keys already there) and return all its
     records and the measured device. ``ceilings`` (a device, e.g. from a ceilings file) replaces
     measuring them; its ``ceiling_records`` are copied into the results. A case that ended in an
-    error is tried again (its error record is replaced); ok, skipped and wrong cases are kept."""
+    error is tried again (its error record is replaced); ok, skipped and wrong cases are kept.
+
+    Resuming measures whatever is missing, ceilings included (a run stopped while they were being
+    measured), so that the file ends with every key of :func:`campaign_keys` once."""
     failed = [r for r in results.records if r.get("status") == ERROR]
     if failed:
         results.rewrite([r for r in results.records if r.get("status") != ERROR])
@@ -132,14 +154,14 @@ def run_suite(
 
     if ceilings is None:
         kept = [r for r in results.records if r.get("kind") == CEILING]
-        if not kept:
-            kept = measure_ceilings(dev, quick=quick, on_record=emit)  # each on disk as measured
-            ceilings = measured_device(kept, dev)
-            for rec in kept:
-                place_record(rec, ceilings, catalog)
+        stale = any(_unplaced(r) for r in kept)
+        before = len(results.records)
+        records = measure_ceilings(dev, quick=quick, kept=kept, on_record=emit)  # each on disk as made
+        ceilings = measured_device(records, dev)
+        for rec in records:
+            place_record(rec, ceilings, catalog)
+        if stale or len(results.records) > before:
             results.rewrite(results.records)  # the same records, now placed on the roof they make
-        else:
-            ceilings = measured_device(kept, dev)
     else:
         for rec in ceiling_records:
             if rec.get("key") not in done:

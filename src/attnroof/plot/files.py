@@ -10,6 +10,7 @@ from typing import Any
 from matplotlib import rc_context
 from matplotlib.figure import Figure
 
+from attnroof import outfile
 from attnroof.errors import InputError
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -20,19 +21,17 @@ PNG_DPI = 150
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` to ``path``, the format taken from the suffix (.png, .svg, .pdf)."""
+    """Write ``fig`` to ``path``, the format taken from the suffix (.png, .svg, .pdf), by the
+    rules of :mod:`attnroof.outfile` (a symlink written through, a device written in place)."""
     p = Path(path)
     fmt = FORMATS.get(p.suffix.lower())
     if fmt is None:
         known = ", ".join(FORMATS)
-        raise InputError(f"-o {str(p)!r}: unknown image format {p.suffix or '(no suffix)'!r}; use {known}")
-    if not p.parent.is_dir():
-        raise InputError(f"-o {str(p)!r}: no such folder {str(p.parent)!r}")
-    try:
-        fig.savefig(p, format=fmt, dpi=PNG_DPI, metadata=_metadata(fmt))
-    except OSError as e:
-        raise InputError(f"-o {str(p)!r}: cannot write: {e.strerror or e}") from None
-    return p
+        raise InputError(f"{str(p)!r}: unknown image format {p.suffix or '(no suffix)'!r}; use {known}")
+    outfile.target(p)  # a missing folder is refused before the figure is drawn
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=PNG_DPI, metadata=_metadata(fmt))
+    return outfile.write_bytes(p, buf.getvalue())
 
 
 def _metadata(fmt: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from attnroof import __version__, render
+from attnroof import __version__, outfile, render
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import AttnroofError, InputError
@@ -264,14 +264,9 @@ def report_html(
 
 
 def write_report(path: str | Path, text: str) -> Path:
-    """Write the report to ``path`` (which must end in .html or .htm)."""
+    """Write the report to ``path`` (which must end in .html or .htm), by the rules of
+    :mod:`attnroof.outfile`."""
     p = Path(path)
     if p.suffix.lower() not in (".html", ".htm"):
-        raise InputError(f"-o {str(p)!r}: a report is HTML; name it with .html")
-    if not p.parent.is_dir():
-        raise InputError(f"-o {str(p)!r}: no such folder {str(p.parent)!r}")
-    try:
-        p.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"-o {str(p)!r}: cannot write: {e.strerror or e}") from None
-    return p
+        raise InputError(f"{str(p)!r}: a report is HTML; name it with .html")
+    return outfile.write_text(p, text)

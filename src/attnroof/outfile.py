@@ -1,0 +1,199 @@
+"""Writing the files attnroof makes: one set of rules for every command that takes ``-o``.
+
+What a path given for output is, decides how it is written:
+
+- **a regular file, or nothing yet**: the whole content goes to a hidden sibling in the same
+  folder, is flushed and fsync'd, then renamed over the path in one step. A reader never sees
+  half a file; an interrupted write leaves the old file as it was. A file that is replaced keeps
+  its permission bits (and, where allowed, its owner).
+- **a symbolic link**: followed. The link stays a link; the file it points to (created if the
+  link dangles) is written by the rule above, the rename landing on the resolved path.
+- **a character device or a FIFO** (``/dev/null``, ``/dev/stdout``, a named pipe): written in
+  place, as a stream: opened for writing, written, closed. Never renamed over, never truncated
+  or fsync'd, never read.
+- **anything else** (a folder, a block device, a socket): refused with one line.
+
+A **missing folder** is never created: the path is refused with one line naming the folder that
+does not exist (a typo in a folder name should not scatter results into a new tree).
+
+**Measurements are protected.** A file that holds measurements (an attnroof results file with
+records, or a ceilings file) is never overwritten unless the command is told to (``--force``);
+:func:`check_overwrite` says why a path is protected. The JSON-lines results file is appended
+to, a record at a time; see :class:`attnroof.measure.records.ResultsFile`.
+
+Error messages here name the path only; the commands add which flag it came from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnroof.errors import InputError
+
+SNIFF_BYTES = 64 * 1024
+"""How much of an existing file is read to tell whether it holds measurements."""
+
+CEILINGS_FORMAT_PREFIX = "attnroof-ceilings/"
+
+FORCE_HELP = "overwrite the output file even if it holds measurements (default: refuse)"
+"""Help of every writer's overwrite flag: one name (``--force``) and one meaning everywhere."""
+
+
+class OutputError(InputError):
+    """A path that cannot be written, or that holds something it must not lose."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where output for a path goes. ``path`` is as given; ``real`` is where a regular file's
+    bytes land (the symlink resolved); ``stream`` is true for a device or FIFO, written in place;
+    ``exists`` is whether there is something there now (for a stream: always)."""
+
+    path: Path
+    real: Path
+    stream: bool
+    exists: bool
+
+
+def target(path: str | os.PathLike[str]) -> Target:
+    """Classify ``path`` for writing, or raise :class:`OutputError` (a folder, a block device, a
+    socket, a missing folder)."""
+    p = Path(path)
+    shown = repr(str(p))
+    try:
+        st = os.stat(p)  # follows symbolic links
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError(f"cannot write {shown}: {e.strerror or e}") from None
+    if st is not None:
+        if stat.S_ISREG(st.st_mode):
+            return Target(p, Path(os.path.realpath(p)), stream=False, exists=True)
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+            return Target(p, p, stream=True, exists=True)
+        what = (
+            "it is a folder" if stat.S_ISDIR(st.st_mode) else "only a file, a character device or a FIFO is"
+        )
+        raise OutputError(f"cannot write {shown}: {what}")
+    real = Path(os.path.realpath(p))  # a dangling link: the file it names is created
+    parent = real.parent
+    if not parent.is_dir():
+        folder = parent if p.is_symlink() else p.parent
+        raise OutputError(f"cannot write {shown}: no such folder {str(folder)!r}")
+    return Target(p, real, stream=False, exists=False)
+
+
+def measurements_in(path: str | os.PathLike[str]) -> str | None:
+    """What measurements ``path`` holds, in words (``"54 measurements"``, ``"measured
+    ceilings"``), or ``None`` when it holds none: missing, empty, not a regular file, or any
+    other content. Only the start of the file is read, except to count a results file's lines."""
+    p = Path(path)
+    try:
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            return None
+        with p.open("rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return None
+    text = head.decode("utf-8", errors="replace")
+    if CEILINGS_FORMAT_PREFIX in text and text.lstrip().startswith("{"):
+        return "measured ceilings"
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    try:
+        rec = json.loads(first)
+    except ValueError:
+        return None
+    if not (isinstance(rec, dict) and "key" in rec):
+        return None
+    count = 0
+    with contextlib.suppress(OSError), p.open("rb") as f:
+        count = sum(1 for line in f if line.strip())
+    return f"{count} measurement{'s' if count != 1 else ''}"
+
+
+def check_overwrite(
+    path: str | os.PathLike[str], *, force: bool = False, foreign: bool = True, hint: str = ""
+) -> None:
+    """Raise :class:`OutputError` when ``path`` holds measurements and ``force`` is false; with
+    ``foreign=False`` also when it is a non-empty regular file of any other content (a writer
+    whose output is data, not a picture, leaves other people's files alone). ``hint`` ends the
+    message: the command's way out, e.g. its flag."""
+    if force:
+        return
+    held = measurements_in(path)
+    if held is not None:
+        raise OutputError(f"{str(path)!r} holds {held}: it is not overwritten{hint}")
+    if not foreign:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+            raise OutputError(f"{str(path)!r} is not an attnroof file: it is not overwritten{hint}")
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` by the module's rules; the path as given is returned."""
+    t = target(path)
+    try:
+        if t.stream:
+            _stream(t.path, data)
+        else:
+            _replace(t.real, data)
+    except OSError as e:
+        raise OutputError(f"cannot write {str(t.path)!r}: {e.strerror or e}") from None
+    return t.path
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """:func:`write_bytes` of ``text`` in UTF-8."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def _stream(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY)  # no O_CREAT, no O_TRUNC: a device or FIFO stays what it is
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _replace(real: Path, data: bytes) -> None:
+    """Write a hidden sibling of ``real``, fsync it, rename it over ``real``."""
+    try:
+        old = os.stat(real)
+    except FileNotFoundError:
+        old = None
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+    done = False
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if old is not None:
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
+            with contextlib.suppress(OSError):
+                os.chown(tmp, old.st_uid, old.st_gid)
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, real)
+        done = True
+    finally:
+        if not done:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

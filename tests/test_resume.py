@@ -1,0 +1,134 @@
+"""An interrupted campaign always completes: the quick CPU suite is stopped (SIGKILL, or SIGINT as
+Ctrl-C sends) after k records for k = 1, 3, 7, 20 — the first three while the ceilings are being
+measured, the last among the kernels — and each time resumed with --resume. The finished file
+holds exactly the keys of an uninterrupted run, each once.
+
+The stops are made one after another on the same file: a fresh run stopped at 1 record, then
+``--resume`` runs stopped at 3, 7 and 20, then a last ``--resume`` that finishes. Every resumed run
+must get past the point where the previous one stopped (the old code could not: resumed after a
+stop among the ceilings it exited with "no matmul ceiling was measured", every time), and the
+whole chain measures the campaign about once, so the test stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SRC, run_cli
+
+CPU = {"ATTNROOF_CPU_THREADS": "1"}
+STOPS = (1, 3, 7, 20)
+SUITE = ["measure", "suite", "--quick", "--cpu"]
+
+
+def _keys(path: Path) -> list[str]:
+    return [json.loads(line)["key"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[str]:
+    """The keys of the whole quick campaign on this CPU, from its plan (nothing measured). The
+    plan is timing-free: a matmul size that is not tried is a skip record, not a missing one."""
+    pytest.importorskip("torch")
+    from attnroof.measure.env import local_device
+    from attnroof.measure.suite import campaign_keys
+
+    keys = campaign_keys(local_device("cpu"), quick=True)
+    assert len(keys) == len(set(keys))
+    assert [k.split("/", 1)[0] for k in keys[:3]] == ["ceiling"] * 3 and keys[-1].startswith("linear/")
+    assert sum(k.startswith("ceiling/") for k in keys) > 7 and len(keys) > max(STOPS) + 10
+    return keys
+
+
+def _stopped_run(out: Path, k: int, sig: signal.Signals, resume: bool) -> subprocess.CompletedProcess:
+    """Start the suite, wait until ``out`` holds ``k`` records, send ``sig``; the finished process."""
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), **CPU)
+    args = [sys.executable, "-m", "attnroof", *SUITE, "-o", str(out), *(["--resume"] if resume else [])]
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
+    deadline = time.monotonic() + 240
+    while _lines(out) < k and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_a_campaign_stopped_anywhere_resumes_to_exactly_the_full_campaign(tmp_path, reference, sig):
+    out = tmp_path / "r.jsonl"
+    for i, k in enumerate(STOPS):
+        res = _stopped_run(out, k, sig, resume=i > 0)
+        # it was still running when stopped: neither finished nor failed on its own
+        expected = -signal.SIGKILL if sig == signal.SIGKILL else 130
+        assert res.returncode == expected, (k, res.returncode, res.stderr[-2000:])
+        keys = _keys(out)
+        assert len(keys) >= k and len(keys) == len(set(keys)), (k, keys)
+        if sig == signal.SIGINT:  # one line that says what was kept and how to go on
+            last = res.stderr.strip().splitlines()[-1]
+            kept = f"{len(keys)} measurement{'s' if len(keys) > 1 else ''} kept in {out}"
+            assert last == f"attnroof: interrupted; {kept} — rerun with --resume to finish"
+    res = run_cli(*SUITE, "-o", str(out), "--resume", env=CPU, timeout=300)
+    assert res.returncode == 0, res.stderr
+    keys = _keys(out)
+    assert len(keys) == len(set(keys))  # each key once
+    assert sorted(keys) == sorted(reference)  # and every key of the campaign, ceilings included
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    ceilings = [r for r in records if r["kind"] == "ceiling" and r["status"] == "ok"]
+    assert ceilings and all(r["bound_time_s"] is not None for r in ceilings)  # placed on their roof
+
+
+def test_resumed_ceilings_measure_only_the_missing_keys_and_decide_as_the_first_run(monkeypatch):
+    """In-process, at tiny sizes: a run that already holds some ceilings measures the rest, and a
+    size judged too slow is a skip record (so the keys never depend on timing)."""
+    pytest.importorskip("torch")
+    from attnroof.measure import ceilings as C
+    from attnroof.measure.env import local_device
+
+    dev = local_device("cpu")
+    monkeypatch.setattr(C, "CPU_BUFFER_BYTES", 8 * 2**20)
+    monkeypatch.setitem(C.MATMUL_SIZES, ("cpu", True), (32, 64, 128))
+    keys = C.ceiling_keys(dev, quick=True, dtypes=["fp32"])
+    assert keys == [
+        "ceiling/read/fp32/bytes=8388608",
+        "ceiling/write/fp32/bytes=8388608",
+        "ceiling/copy/fp32/bytes=8388608",
+        "ceiling/matmul/fp32/n=32",
+        "ceiling/matmul/fp32/n=64",
+        "ceiling/matmul/fp32/n=128",
+    ]
+    first = C.measure_ceilings(dev, quick=True, dtypes=["fp32"])
+    assert [r["key"] for r in first] == keys and all(r["status"] == "ok" for r in first)
+
+    kept = first[:4]  # stopped after the first matmul size
+    new: list[dict] = []
+    again = C.measure_ceilings(dev, quick=True, dtypes=["fp32"], kept=kept, on_record=new.append)
+    assert [r["key"] for r in new] == keys[4:]  # only the missing ones are measured (and written)
+    assert again[:4] == kept and [r["key"] for r in again] == keys
+
+    # every size after the first "would take too long": skips with the reason, same keys
+    monkeypatch.setitem(C.MATMUL_MAX_CALL_S, True, 0.0)
+    slow = C.measure_ceilings(dev, quick=True, dtypes=["fp32"], kept=first[:3])
+    assert [r["key"] for r in slow] == keys
+    assert [r["status"] for r in slow[3:]] == ["ok", "skip", "skip"]
+    assert all(r["reason"].startswith("not tried: one call would take") for r in slow[4:])
+    # resumed after the first skip, the next size is judged the same way and not measured
+    resumed = C.measure_ceilings(dev, quick=True, dtypes=["fp32"], kept=slow[:5])
+    assert resumed[5]["status"] == "skip" and resumed[5]["reason"].startswith("not tried")
