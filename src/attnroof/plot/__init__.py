@@ -5,9 +5,9 @@ Importing this package needs matplotlib; without it the import raises
 loads it. The figures are plain :class:`matplotlib.figure.Figure` objects built without pyplot,
 so a notebook shows them and no global backend is switched::
 
-    >>> from attnroof.plot import roofline_figure        # doctest: +SKIP
-    >>> fig = roofline_figure("R", ["bf16"], d=128, causal=True)
-    >>> fig.savefig("roofline.svg")
+    from attnroof.plot import roofline_figure
+    fig = roofline_figure("R", ["bf16"], d=128, causal=True)
+    fig.savefig("roofline.svg")
 """
 
 from __future__ import annotations
