@@ -15,7 +15,7 @@ from typing import Any
 
 from attnroof.commands._common import Command, add_json_arg, emit_json, table
 from attnroof.devices import Device, catalog, get_device, load_device_file
-from attnroof.dtypes import DTYPES, dtype
+from attnroof.dtypes import DTYPES, dtype, rate_unit
 from attnroof.units import GB, MB, TB_PER_S, TERA
 
 HEADLINE_DTYPE = "bf16"
@@ -98,7 +98,7 @@ def catalog_table(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> str:
 
 
 def _peak_unit(dt: str) -> str:
-    return "TOP/s" if dt.startswith("int") else "TFLOP/s"
+    return "T" + rate_unit(dt)
 
 
 def device_text(dev: Device) -> str:

@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from attnroof.devices import Device, get_device
-from attnroof.dtypes import DType, dtype
+from attnroof.dtypes import DType, dtype, rate_unit
 from attnroof.errors import InputError
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.plot.inputs import Measured, model_point, read_ceilings, read_measured
@@ -213,7 +213,7 @@ def draw_roofline(
             y,
             color=colour,
             lw=2.2,
-            label=f"{roof.dtype} roof: {_tflops(roof.peak_flops_per_s)} TFLOP/s, "
+            label=f"{roof.dtype} roof: {_tflops(roof.peak_flops_per_s)} T{rate_unit(roof.dtype)}, "
             f"{roof.bandwidth_bytes_per_s / 1e12:g} TB/s",
             gid=f"roof-{roof.dtype}",
             zorder=3,
@@ -261,7 +261,7 @@ def draw_roofline(
             ls="--",
             gid=f"ceiling-{roof.dtype}",
             zorder=3,
-            label=f"{roof.dtype} measured: {_tflops(roof.peak_flops_per_s)} TFLOP/s, "
+            label=f"{roof.dtype} measured: {_tflops(roof.peak_flops_per_s)} T{rate_unit(roof.dtype)}, "
             f"{roof.bandwidth_bytes_per_s / 1e12:.3g} TB/s",
         )
 
