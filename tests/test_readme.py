@@ -71,7 +71,9 @@ def assert_shown(shown: list[str], printed: list[str]) -> None:
         start = starts[0]
         assert cut_before or start == pos, f"README leaves out lines before {run[0]!r} without a {CUT} line"
         pos = start + len(run)
-        assert cut_after or pos == len(printed), f"README leaves out lines after {run[-1]!r} without a {CUT} line"
+        assert cut_after or pos == len(printed), (
+            f"README leaves out lines after {run[-1]!r} without a {CUT} line"
+        )
 
 
 def test_assert_shown_catches_silent_cuts():

@@ -447,7 +447,7 @@ def _footprint_lines(sh: Sheet) -> list[str]:
     one, allf, dev = sh.footprint_layer, sh.footprint_model, sh.device
     out = [
         f"Materialised, one head's scores take s²·{sh.dtype.itemsize:g} B = {render.nbytes(one.bytes_per_head)} at s = {sh.s}; "
-        f"batch {sh.batch} × {sh.heads} heads: {render.nbytes(one.bytes)}.",
+        f"batch {sh.batch} × {render.plural(sh.heads, 'head')}: {render.nbytes(one.bytes)}.",
     ]
     if one.capacity_bytes is None:
         out += ["", f"{dev.name} has no memory capacity in the catalog; pass --capacity to compare.", ""]
@@ -456,7 +456,7 @@ def _footprint_lines(sh: Sheet) -> list[str]:
         "",
         f"- One layer: {render.pct(one.fraction_of_capacity)} of {dev.name}'s {render.nbytes(one.capacity_bytes)} "
         f"({'fits' if one.fits else 'does not fit'}).",
-        f"- {sh.layers} layers kept for the backward pass: {render.nbytes(allf.bytes)}, "
+        f"- {render.plural(sh.layers, 'layer')} kept for the backward pass: {render.nbytes(allf.bytes)}, "
         f"{num(allf.fraction_of_capacity)}× the capacity ({'fits' if allf.fits else 'does not fit'}); "
         f"the longest sequence whose scores would fit is s = {allf.s_max_fits}.",
         "",
@@ -487,7 +487,14 @@ def _gqa_lines(sh: Sheet) -> list[str]:
         f"The chosen group, in bold, is g = {chosen}: {kv} KV head{'s' if kv != 1 else ''}.",
         "",
         table(
-            ["g", "I unfused", "I fused", "fused limit (s → ∞)", f"time fused, {heads} heads", "verdict"],
+            [
+                "g",
+                "I unfused",
+                "I fused",
+                "fused limit (s → ∞)",
+                f"time fused, {render.plural(heads, 'head')}",
+                "verdict",
+            ],
             [
                 [
                     f"**{g}**" if g == chosen else g,
@@ -577,7 +584,7 @@ def _variants_lines(sh: Sheet) -> list[str]:
         )
     else:
         out.append(
-            f"The projection turns compute-bound from **n = {lc.s_min} tokens** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
+            f"The projection turns compute-bound from **n = {render.plural(lc.s_min, 'token')}** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
             "GQA amortises K/V over query heads; batching amortises weights over sequences."
         )
     return out

@@ -192,7 +192,7 @@ def _linear_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"linear: {args.n} tokens through a {args.k}×{args.m} weight")
+    print(f"linear: {render.plural(args.n, 'token')} through a {args.k}×{args.m} weight")
     print(render.device_line(dev, roof))
     print()
     print(table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]))
@@ -201,7 +201,7 @@ def _linear_run(args: argparse.Namespace) -> int:
         print(f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})")
     else:
         print(
-            f"compute-bound from n = {cross.s_min} tokens (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
+            f"compute-bound from n = {render.plural(cross.s_min, 'token')} (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
         )
     return 0
 
