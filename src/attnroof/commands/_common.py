@@ -62,6 +62,8 @@ def positive_int(text: str) -> int:
     if raw and raw[-1] in _SIZE_SUFFIX:
         scale, raw = _SIZE_SUFFIX[raw[-1]], raw[:-1]
     try:
+        if raw != raw.strip():  # int() would take "8 " of "8 k"
+            raise ValueError(text)
         value = int(raw) * scale
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer ({_INT_FORMS})") from None
