@@ -251,8 +251,8 @@ def test_sheet_text_follows_the_numbers():
     r = run_cli("sheet").stdout
     assert "clear of that band (I ≥ 600) from **s = 1189**" in r  # 517s/1024 ≥ 2 × 300
     assert (
-        "| 8 |      7.17 |    8.07 |                8.08 |               4.2 µs |" in r
-    )  # 32 heads on 4 KV heads
+        "| **8** |      7.17 |    8.07 |                8.08 |               4.2 µs |" in r
+    )  # 32 heads on 4 KV heads; the default group (8) in bold
 
 
 def test_sheet_with_softmax_zero_says_so():

@@ -388,7 +388,9 @@ def test_cli_plot_bad_ceilings_file(cli, tmp_path):
 
 def test_cli_report_bad_input(cli, tmp_path):
     assert_one_line_error(cli("report", "-o", str(tmp_path / "r.pdf")), "HTML")
-    assert_one_line_error(cli("report", "-o", str(tmp_path / "r.html"), "--heads", "30"), "--heads 30")
+    bad = cli("report", "-o", str(tmp_path / "r.html"), "--heads", "30", "--group", "8")  # 30 = 8·3 + 6
+    assert_one_line_error(bad, "--heads 30", "--group 8")
+    assert not (tmp_path / "r.html").exists()
 
 
 # ---------------------------------------------------------------- the core stays light

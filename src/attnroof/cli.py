@@ -7,12 +7,13 @@ Every error a user can cause ends as one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import pkgutil
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from attnroof import __version__
 from attnroof.errors import AttnroofError
@@ -21,11 +22,33 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line: a newline, tab or other control character is shown escaped
+    (``\\n``), so that every error is exactly one line on stderr."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message.strip())
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) and exit status 2."""
+    """argparse, but a usage error is one line (no usage dump) and exit status 2; an unknown
+    choice says which one was meant; ``--flag=--`` is refused instead of becoming an empty list."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        if action.nargs is None and action.option_strings and arg_strings == ["--"]:
+            flag = "/".join(action.option_strings)
+            self.error(f"argument {flag}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        names = [str(c) for c in action.choices]
+        close = difflib.get_close_matches(str(value), names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        what = "/".join(action.option_strings) or action.metavar or action.dest
+        self.error(f"argument {what}: invalid choice {value!r}{hint} (choose from {', '.join(names)})")
 
 
 def build_parser() -> Parser:
@@ -59,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except AttnroofError as e:
-        print(f"attnroof: error: {e}", file=sys.stderr)
+        print(f"attnroof: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:  # a command may say what was kept and how to go on
         print(f"attnroof: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)
@@ -71,7 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("ATTNROOF_DEBUG"):
             raise
         print(
-            f"attnroof: internal error: {type(e).__name__}: {e} (ATTNROOF_DEBUG=1 shows the traceback)",
+            one_line(
+                f"attnroof: internal error: {type(e).__name__}: {e} (ATTNROOF_DEBUG=1 shows the traceback)"
+            ),
             file=sys.stderr,
         )
         return EXIT_INTERNAL

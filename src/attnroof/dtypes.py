@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from attnroof.errors import InputError
@@ -18,6 +19,22 @@ class DType:
     name: str
     itemsize: float
     aliases: tuple[str, ...] = ()
+
+    @property
+    def rate_unit(self) -> str:
+        """The unit of a peak rate in this type: ``OP/s`` for integers (an int8 MAC is not a
+        floating-point operation), ``FLOP/s`` otherwise. Printed text only; JSON keys stay
+        ``peak_flops_per_s`` for every dtype."""
+        return rate_unit(self.name)
+
+
+def rate_unit(dtype_name: str) -> str:
+    """``OP/s`` for an integer type's rate, ``FLOP/s`` for the rest (any name, known or not).
+
+    >>> rate_unit("int8"), rate_unit("bf16")
+    ('OP/s', 'FLOP/s')
+    """
+    return "OP/s" if dtype_name.strip().lower().startswith("int") else "FLOP/s"
 
 
 # tf32 is stored as fp32 (4 bytes) but multiplied on the matrix cores at the tf32 rate.
@@ -52,4 +69,6 @@ def dtype(name: str | DType) -> DType:
         return _BY_ALIAS[key]
     except KeyError:
         known = ", ".join(DTYPES)
-        raise InputError(f"unknown dtype {name!r}; known: {known}") from None
+        close = difflib.get_close_matches(key, list(_BY_ALIAS), n=1)
+        hint = f"; did you mean {_BY_ALIAS[close[0]].name}?" if close else ""
+        raise InputError(f"unknown dtype {name!r}{hint} (known: {known})") from None

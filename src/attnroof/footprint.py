@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from attnroof import validate
 from attnroof.cost import Num
 from attnroof.dtypes import BF16_BYTES
 
@@ -21,6 +22,8 @@ def score_matrix_bytes(s: Num, itemsize: Num = BF16_BYTES) -> Num:
     >>> score_matrix_bytes(8192)            # 8192² × 2 B
     134217728
     """
+    validate.size("s", s)
+    validate.positive("itemsize", itemsize)
     return s * s * itemsize
 
 
@@ -72,6 +75,9 @@ def footprint(
     >>> round(f.bytes / 1e9, 1), round(f.fraction_of_capacity, 2)     # part E1
     (34.4, 0.18)
     """
+    validate.sizes(batch=batch, heads=heads, layers=layers)
+    if capacity_bytes is not None:
+        validate.positive("capacity_bytes", capacity_bytes)
     per_head = score_matrix_bytes(s, itemsize)
     copies = batch * heads * layers
     total = per_head * copies

@@ -6,6 +6,7 @@ from typing import Any
 
 from attnroof.cost import Cost
 from attnroof.devices import Device
+from attnroof.dtypes import rate_unit
 from attnroof.roofline import Placement, Roof
 from attnroof.units import duration, si
 
@@ -28,6 +29,15 @@ def num(x: float | None, digits: int = 3) -> str:
     return _sig(x, digits)
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word``, the word in the plural unless n is 1.
+
+    >>> plural(1, "token"), plural(8, "token"), plural(0, "measurement"), plural(2, "batch", "batches")
+    ('1 token', '8 tokens', '0 measurements', '2 batches')
+    """
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
 def pct(x: float | None) -> str:
     """``0.97%``, ``13.5%``; a share below 0.01% as ``<0.01%``, above 1000% as a multiple."""
     if x is None:
@@ -47,8 +57,14 @@ def nbytes(x: float) -> str:
     return si(x, "B")
 
 
-def rate(x: float) -> str:
-    return si(x, "FLOP/s")
+def rate(x: float, unit: str = "FLOP/s") -> str:
+    """A rate; a peak passes its dtype's :attr:`~attnroof.dtypes.DType.rate_unit` (int8: OP/s)."""
+    return si(x, unit)
+
+
+def peak(x: float, dtype_name: str) -> str:
+    """A device's peak for a dtype, in that dtype's unit: ``989 TFLOP/s``, int8 ``1.98 POP/s``."""
+    return rate(x, rate_unit(dtype_name))
 
 
 def bandwidth(x: float) -> str:
@@ -59,7 +75,7 @@ def device_line(dev: Device, roof: Roof) -> str:
     cap = f", {nbytes(dev.capacity_bytes)} memory" if dev.capacity_bytes else ""
     over = f" [overridden: {', '.join(dev.overridden)}]" if dev.overridden else ""
     return (
-        f"{dev.name}{over} ({roof.dtype}): peak {rate(roof.peak_flops_per_s)}, "
+        f"{dev.name}{over} ({roof.dtype}): peak {peak(roof.peak_flops_per_s, roof.dtype)}, "
         f"bandwidth {bandwidth(roof.bandwidth_bytes_per_s)}{cap}; ridge {num(roof.ridge)} FLOP/byte"
     )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import sympy as sp
 
-from attnroof import render
+from attnroof import render, validate
 from attnroof.analysis import Comparison, attention_crossover, softmax_flops, softmax_share
 from attnroof.commands._common import table
 from attnroof.cost import Cost
@@ -28,6 +28,8 @@ from attnroof.units import duration
 SWEEP_S = (512, 1024, 2048, 4096, 8192, 32768)
 SHARE_D = (8, 64, 128, 256)
 GROUPS = (1, 2, 4, 8)
+"""The GQA groups part F3 compares (those that divide the head count), beside the user's group
+and multi-query attention (g = heads, one KV head)."""
 SOFTMAX_SHARE_WORTH_NOTING = 0.05
 """A softmax share at or above 5% of the FLOPs is worth counting even for an envelope estimate."""
 TOKENS = (1, 8, 64, 512, 4096)
@@ -121,9 +123,15 @@ def build_sheet(
     batch: int = 8,
     heads: int = 32,
     layers: int = 80,
-    group: int = 8,
+    group: int | None = None,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
 ) -> Sheet:
+    """The analysis at one shape. ``group`` is the GQA group part F3 highlights; by default the
+    largest of 1, 2, 4, 8 that divides ``heads`` (8 for 32 heads). It must divide ``heads``."""
+    validate.sizes(s=s, d=d, batch=batch, heads=heads, layers=layers)
+    if group is None:
+        group = default_group(heads)
+    validate.kv_heads(heads, group)
     roof = Roof.of(device, dtype)
     kw: dict[str, Any] = {"itemsize": dtype.itemsize, "softmax_flops_per_element": softmax_flops_per_element}
 
@@ -193,8 +201,7 @@ def build_sheet(
                 place(dec(s, group=g, kv_heads=heads // g, fused=True), roof),
                 limit(lambda x, g=g: dec(x, group=g, fused=True)),
             )
-            for g in sorted({*GROUPS, group})
-            if heads % g == 0
+            for g in gqa_groups(heads, group)
         ],
         decode_batched=place(dec(s, batch=batch), roof),
         decode_limit=limit(dec),
@@ -208,6 +215,21 @@ def build_sheet(
         ),
         algebra=algebra,
     )
+
+
+def default_group(heads: int) -> int:
+    """The largest of :data:`GROUPS` that divides ``heads``: 8 for 32 heads, 1 for 3."""
+    return max(g for g in GROUPS if heads % g == 0)
+
+
+def gqa_groups(heads: int, group: int) -> list[int]:
+    """The groups part F3 compares: those of :data:`GROUPS` that divide ``heads``, the user's
+    ``group`` and ``heads`` itself (multi-query attention).
+
+    >>> gqa_groups(32, 8), gqa_groups(3, 1), gqa_groups(1, 1)
+    ([1, 2, 4, 8, 32], [1, 3], [1])
+    """
+    return sorted({g for g in (*GROUPS, group, heads) if heads % g == 0})
 
 
 # ---------------------------------------------------------------- Markdown
@@ -341,7 +363,7 @@ def render_sheet(sh: Sheet) -> str:
         "",
         "## D. The ridge and where it is crossed",
         "",
-        f"Ridge = P / B = {render.rate(roof.peak_flops_per_s)} / {render.bandwidth(roof.bandwidth_bytes_per_s)} = "
+        f"Ridge = P / B = {render.peak(roof.peak_flops_per_s, roof.dtype)} / {render.bandwidth(roof.bandwidth_bytes_per_s)} = "
         f"**{num(roof.ridge)} FLOP/byte** ({roof.dtype}).",
         "",
         *_cross_text(sh.crossover["fused"], "Fused"),
@@ -425,7 +447,7 @@ def _footprint_lines(sh: Sheet) -> list[str]:
     one, allf, dev = sh.footprint_layer, sh.footprint_model, sh.device
     out = [
         f"Materialised, one head's scores take s²·{sh.dtype.itemsize:g} B = {render.nbytes(one.bytes_per_head)} at s = {sh.s}; "
-        f"batch {sh.batch} × {sh.heads} heads: {render.nbytes(one.bytes)}.",
+        f"batch {sh.batch} × {render.plural(sh.heads, 'head')}: {render.nbytes(one.bytes)}.",
     ]
     if one.capacity_bytes is None:
         out += ["", f"{dev.name} has no memory capacity in the catalog; pass --capacity to compare.", ""]
@@ -434,7 +456,7 @@ def _footprint_lines(sh: Sheet) -> list[str]:
         "",
         f"- One layer: {render.pct(one.fraction_of_capacity)} of {dev.name}'s {render.nbytes(one.capacity_bytes)} "
         f"({'fits' if one.fits else 'does not fit'}).",
-        f"- {sh.layers} layers kept for the backward pass: {render.nbytes(allf.bytes)}, "
+        f"- {render.plural(sh.layers, 'layer')} kept for the backward pass: {render.nbytes(allf.bytes)}, "
         f"{num(allf.fraction_of_capacity)}× the capacity ({'fits' if allf.fits else 'does not fit'}); "
         f"the longest sequence whose scores would fit is s = {allf.s_max_fits}.",
         "",
@@ -443,6 +465,51 @@ def _footprint_lines(sh: Sheet) -> list[str]:
         "",
     ]
     return out
+
+
+def _gqa_lines(sh: Sheet) -> list[str]:
+    """Part F3's comparison of groups for the sheet's head count, the chosen group in bold."""
+    heads, chosen = sh.heads, sh.group
+    if len(sh.gqa) == 1:  # one query head: nothing to share K and V with
+        ((_, pu, pf, _lim),) = sh.gqa
+        return [
+            f"With {heads} query head there is nothing to group: g = 1, and decode runs at "
+            f"{num(pf.intensity)} FLOP/byte fused ({num(pu.intensity)} unfused).",
+            "",
+        ]
+    (g0, _, first, _), (g1, _, last, _) = sh.gqa[0], sh.gqa[-1]
+    kv = heads // chosen
+    return [
+        f"With g query heads per KV head, K and V are read once for g heads' work. For the same {heads} query "
+        f"heads (on {heads}/g KV heads; g runs over the divisors of {heads} among 1, 2, 4, 8, the chosen group "
+        f"and {heads}, one KV head), intensity goes from {num(first.intensity)} at g = {g0} to "
+        f"{num(last.intensity)} at g = {g1} (fused), and the time bound falls with it. "
+        f"The chosen group, in bold, is g = {chosen}: {kv} KV head{'s' if kv != 1 else ''}.",
+        "",
+        table(
+            [
+                "g",
+                "I unfused",
+                "I fused",
+                "fused limit (s → ∞)",
+                f"time fused, {render.plural(heads, 'head')}",
+                "verdict",
+            ],
+            [
+                [
+                    f"**{g}**" if g == chosen else g,
+                    num(pu.intensity),
+                    num(pf.intensity),
+                    num(lim),
+                    duration(pf.time_s),
+                    pf.verdict,
+                ]
+                for g, pu, pf, lim in sh.gqa
+            ],
+            "rrrrrl",
+        ),
+        "",
+    ]
 
 
 def _variants_lines(sh: Sheet) -> list[str]:
@@ -502,19 +569,7 @@ def _variants_lines(sh: Sheet) -> list[str]:
         "",
         "### F3. Grouped-query attention and batching",
         "",
-        f"With g query heads per KV head, K and V are read once for g heads' work. For the same {sh.heads} query "
-        f"heads (on {sh.heads}/g KV heads), intensity goes from {num(sh.gqa[0][2].intensity)} at g = {sh.gqa[0][0]} "
-        f"to {num(sh.gqa[-1][2].intensity)} at g = {sh.gqa[-1][0]} (fused), and the time bound falls with it:",
-        "",
-        table(
-            ["g", "I unfused", "I fused", "fused limit (s → ∞)", f"time fused, {sh.heads} heads", "verdict"],
-            [
-                [g, num(pu.intensity), num(pf.intensity), num(lim), duration(pf.time_s), pf.verdict]
-                for g, pu, pf, lim in sh.gqa
-            ],
-            "rrrrrl",
-        ),
-        "",
+        *_gqa_lines(sh),
         f"Batching does not help attention itself: each sequence has its own cache. At batch {sh.batch} decode "
         f"still runs at {num(sh.decode_batched.intensity)} FLOP/byte. Batching helps the weight GEMMs instead: "
         f"a {sh.linear_k}×{sh.linear_k} projection reads its weights once for all n tokens.",
@@ -529,7 +584,7 @@ def _variants_lines(sh: Sheet) -> list[str]:
         )
     else:
         out.append(
-            f"The projection turns compute-bound from **n = {lc.s_min} tokens** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
+            f"The projection turns compute-bound from **n = {render.plural(lc.s_min, 'token')}** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
             "GQA amortises K/V over query heads; batching amortises weights over sequences."
         )
     return out

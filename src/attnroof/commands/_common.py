@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attnroof import validate
 from attnroof.devices import DEFAULT_DEVICE, Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
@@ -46,6 +47,12 @@ MAX_SIZE = 2**40
 its FLOP counts would outrun a float's exact range."""
 MAX_SOFTMAX_FLOPS = 1000
 """FLOPs per score: the usual counts are 0 to about 10; beyond 1000 the figure is a typo."""
+MAX_RATE = {"FLOP/s": 1e20, "B/s": 1e16, "B": 1e16}
+"""The largest figure a single device can plausibly have, per unit: 10²⁰ FLOP/s is 10⁵× today's
+fastest chip, 10¹⁶ B/s (10 PB/s) and 10 PB of memory likewise. The device files obey the same
+limits; beyond them a figure is a typo (an exponent too many)."""
+_INT_FORMS = "expected a positive integer such as 8192 or 8k"
+_NUMBER_FORMS = "expected a number such as 3.35e12 or 3.35T"
 
 
 def positive_int(text: str) -> int:
@@ -55,11 +62,13 @@ def positive_int(text: str) -> int:
     if raw and raw[-1] in _SIZE_SUFFIX:
         scale, raw = _SIZE_SUFFIX[raw[-1]], raw[:-1]
     try:
+        if raw != raw.strip():  # int() would take "8 " of "8 k"
+            raise ValueError(text)
         value = int(raw) * scale
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer ({_INT_FORMS})") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer ({_INT_FORMS})")
     if value > MAX_SIZE:
         raise argparse.ArgumentTypeError(f"{text!r} is implausibly large (at most 2^40)")
     return value
@@ -104,10 +113,27 @@ def positive_quantity(text: str) -> float:
     try:
         value = parse_quantity(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number ({_NUMBER_FORMS})") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
+
+
+def device_figure(flag: str, unit: str) -> Callable[[str], float]:
+    """The type of ``--peak-flops`` (``unit`` FLOP/s), ``--bandwidth`` (B/s), ``--capacity`` (B):
+    a :func:`positive_quantity` no larger than :data:`MAX_RATE` allows for the unit."""
+    limit = MAX_RATE[unit]
+
+    def parse(text: str) -> float:
+        value = positive_quantity(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is implausibly large for {flag} (at most {limit:.0e} {unit})".replace("e+", "e")
+            )
+        return value
+
+    parse.__name__ = flag.lstrip("-").replace("-", "_")  # argparse names the type in some messages
+    return parse
 
 
 def nonnegative_number(text: str) -> float:
@@ -139,19 +165,19 @@ def add_device_args(
     )
     g.add_argument(
         "--peak-flops",
-        type=positive_quantity,
+        type=device_figure("--peak-flops", "FLOP/s"),
         metavar="FLOP/s",
         help="override the peak, e.g. 989e12 or 989T",
     )
     g.add_argument(
         "--bandwidth",
-        type=positive_quantity,
+        type=device_figure("--bandwidth", "B/s"),
         metavar="B/s",
         help="override memory bandwidth, e.g. 3.35e12 or 3.35T",
     )
     g.add_argument(
         "--capacity",
-        type=positive_quantity,
+        type=device_figure("--capacity", "B"),
         metavar="BYTES",
         help="override memory capacity, e.g. 80e9 or 80G",
     )
@@ -194,6 +220,21 @@ def roof_from_args(args: argparse.Namespace) -> tuple[Device, DType, Roof]:
     dev = device_from_args(args)
     dt = dtype_from_args(args)
     return dev, dt, Roof.of(dev, dt)
+
+
+def resolve_heads(args: argparse.Namespace, *, default: int | None = None) -> int:
+    """KV heads from ``--heads`` and ``--group``, which must divide it; sets ``args.heads``.
+
+    ``--heads`` omitted means ``default`` when the command has one (the sheet's 32), else one KV
+    head: ``--heads`` = ``--group``, so ``decode --group 8`` is 8 query heads on one KV head.
+    """
+    group = getattr(args, "group", None) or 1
+    given = args.heads is not None
+    heads = args.heads if given else (default if default is not None else group)
+    name = "--heads" if given or default is None else "the default --heads"
+    kv = validate.kv_heads(heads, group, heads_name=name, group_name="--group")
+    args.heads = heads
+    return kv
 
 
 def require(condition: bool, message: str) -> None:

@@ -16,7 +16,7 @@ from attnroof.commands._common import (
     emit_json,
     int_list,
     positive_int,
-    require,
+    resolve_heads,
     roof_from_args,
     table,
 )
@@ -43,18 +43,12 @@ def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
 
 def _heads_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
-    p.add_argument("--heads", type=positive_int, default=1, help="query heads (default 1)")
+    p.add_argument(
+        "--heads", type=positive_int, default=None, help="query heads (default: --group, one KV head)"
+    )
     p.add_argument(
         "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head, GQA (default 1)"
     )
-
-
-def _kv_heads(args: argparse.Namespace) -> int:
-    require(
-        args.heads % args.group == 0,
-        f"--heads {args.heads} is not a multiple of --group {args.group}",
-    )
-    return args.heads // args.group
 
 
 def _comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
@@ -101,7 +95,7 @@ def _attention_run(args: argparse.Namespace) -> int:
         itemsize=dt.itemsize,
         softmax_flops_per_element=args.softmax_flops,
         batch=args.batch,
-        kv_heads=_kv_heads(args),
+        kv_heads=resolve_heads(args),
     )
     cmp = Comparison.of(attention(args.s, args.d, **kw), attention(args.s, args.d, fused=True, **kw), roof)
     if args.json:
@@ -139,7 +133,7 @@ def _decode_run(args: argparse.Namespace) -> int:
         itemsize=dt.itemsize,
         softmax_flops_per_element=args.softmax_flops,
         batch=args.batch,
-        kv_heads=_kv_heads(args),
+        kv_heads=resolve_heads(args),
     )
     cmp = Comparison.of(decode(args.s, args.d, **kw), decode(args.s, args.d, fused=True, **kw), roof)
     if args.json:
@@ -198,7 +192,7 @@ def _linear_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"linear: {args.n} tokens through a {args.k}×{args.m} weight")
+    print(f"linear: {render.plural(args.n, 'token')} through a {args.k}×{args.m} weight")
     print(render.device_line(dev, roof))
     print()
     print(table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]))
@@ -207,7 +201,7 @@ def _linear_run(args: argparse.Namespace) -> int:
         print(f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})")
     else:
         print(
-            f"compute-bound from n = {cross.s_min} tokens (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
+            f"compute-bound from n = {render.plural(cross.s_min, 'token')} (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
         )
     return 0
 

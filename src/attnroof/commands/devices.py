@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnroof import render
 from attnroof.commands._common import Command, add_json_arg, emit_json, table
 from attnroof.devices import Device, catalog, get_device, load_device_file
-from attnroof.dtypes import DTYPES, dtype
+from attnroof.dtypes import DTYPES, dtype, rate_unit
 from attnroof.units import GB, MB, TB_PER_S, TERA
 
 HEADLINE_DTYPE = "bf16"
@@ -98,7 +99,7 @@ def catalog_table(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> str:
 
 
 def _peak_unit(dt: str) -> str:
-    return "TOP/s" if dt.startswith("int") else "TFLOP/s"
+    return "T" + rate_unit(dt)
 
 
 def device_text(dev: Device) -> str:
@@ -169,7 +170,9 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(catalog_table(devices, dt))
     print()
-    print(f"{len(devices)} devices, dense peaks. 'attnroof devices NAME' shows every figure and its source.")
+    print(
+        f"{render.plural(len(devices), 'device')}, dense peaks. 'attnroof devices NAME' shows every figure and its source."
+    )
     users = [d.name for d in devices if d.origin != "catalog.toml"]
     if users:
         print(f"from $ATTNROOF_DEVICES: {', '.join(users)}")

@@ -21,6 +21,7 @@ from attnroof.commands._common import (
     emit_json,
     positive_int,
     require,
+    resolve_heads,
 )
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError, read_json
@@ -68,7 +69,8 @@ def _impl_arg(p: argparse.ArgumentParser) -> None:
 
 def _heads(p: argparse.ArgumentParser, *, group: bool) -> None:
     p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
-    p.add_argument("--heads", type=positive_int, default=1, help="query heads (default 1)")
+    default, what = (None, "--group, one KV head") if group else (1, "1")
+    p.add_argument("--heads", type=positive_int, default=default, help=f"query heads (default {what})")
     if group:
         p.add_argument(
             "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head (default 1)"
@@ -332,9 +334,7 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
             for i in impls or K.IMPLS[kind]
         ]
     elif kind == "decode":
-        require(
-            args.heads % args.group == 0, f"--heads {args.heads} is not a multiple of --group {args.group}"
-        )
+        resolve_heads(args)
         cases = [
             K.decode_case(i, args.s, args.d, batch=args.batch, heads=args.heads, group=args.group, dt=dt)
             for i in impls or K.IMPLS[kind]

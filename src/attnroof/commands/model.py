@@ -104,7 +104,7 @@ class _Job:
             f"{render.num(m.params() / GIGA)} B parameters"
         )
         what = (
-            f"prefill of {a.context} tokens"
+            f"prefill of {render.plural(a.context, 'token')}"
             if a.phase == "prefill"
             else f"decode of one token at context {a.context}"
         )

@@ -216,12 +216,12 @@ def _report_run(args: argparse.Namespace) -> int:
 
     if Path(args.output).suffix.lower() not in (".html", ".htm"):
         raise InputError(f"-o {args.output!r}: a report is HTML; name it with .html")
-    require(args.heads % args.group == 0, f"--heads {args.heads} is not a multiple of --group {args.group}")
+    shape = sheet_kwargs(args)  # --heads and --group checked before any work
     _output_check(args)
     plot = _load_plot()
     dev, dts = _device_and_dtypes(args)
     require(len(dts) == 1, f"--dtype {args.dtype!r}: a report is for one dtype")
-    text = plot.report_html(dev, dts[0], **sheet_kwargs(args), measured=args.measured, ceilings=args.ceilings)
+    text = plot.report_html(dev, dts[0], **shape, measured=args.measured, ceilings=args.ceilings)
     path = plot.write_report(args.output, text)
     _note_roof_of_measured(args, dev.name)
     if args.json:

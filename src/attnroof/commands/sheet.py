@@ -13,8 +13,12 @@ from attnroof.commands._common import (
     add_softmax_arg,
     emit_json,
     positive_int,
+    resolve_heads,
     roof_from_args,
 )
+
+SHEET_HEADS = 32
+"""The sheet's default head count (a Llama-class layer); :func:`attnroof.sheet.build_sheet`'s too."""
 
 
 def add_sheet_args(p: argparse.ArgumentParser) -> None:
@@ -34,15 +38,27 @@ def add_sheet_args(p: argparse.ArgumentParser) -> None:
         "--batch", type=positive_int, default=8, help="batch for footprint and batching (default 8)"
     )
     p.add_argument(
-        "--heads", type=positive_int, default=32, help="heads for footprint and batching (default 32)"
+        "--heads",
+        type=positive_int,
+        default=None,
+        help=f"query heads for footprint, GQA and batching (default {SHEET_HEADS})",
     )
     p.add_argument("--layers", type=positive_int, default=80, help="layers for the footprint (default 80)")
-    p.add_argument("--group", type=positive_int, default=8, help="GQA group to highlight (default 8)")
+    p.add_argument(
+        "--group",
+        type=positive_int,
+        default=None,
+        help="GQA group to highlight; it divides --heads (default: the largest of 1, 2, 4, 8 that does)",
+    )
     add_softmax_arg(p)
 
 
 def sheet_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The keywords of :func:`attnroof.sheet.build_sheet` from ``add_sheet_args``' flags."""
+    if args.group is not None:
+        resolve_heads(args, default=SHEET_HEADS)
+    elif args.heads is None:
+        args.heads = SHEET_HEADS
     return {
         "s": args.s,
         "d": args.d,

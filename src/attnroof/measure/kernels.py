@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnroof import validate
 from attnroof.cost import Cost
 from attnroof.dtypes import dtype
 from attnroof.errors import InputError
@@ -96,8 +97,7 @@ def attention_case(
 def decode_case(
     impl: str, s: int, d: int, *, batch: int = 1, heads: int = 1, group: int = 1, dt: str = "bf16"
 ) -> Case:
-    if heads % group:
-        raise InputError(f"--heads {heads} is not a multiple of --group {group}")
+    validate.kv_heads(heads, group)
     return Case(DECODE, impl, {"s": s, "d": d, "batch": batch, "heads": heads, "group": group}, dt)
 
 

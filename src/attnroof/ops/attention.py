@@ -18,6 +18,9 @@ Fused (one kernel; S and P live on chip tile by tile and never land)::
 
 from __future__ import annotations
 
+import numbers
+
+from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.matmul import matmul_flops
@@ -27,7 +30,7 @@ CAUSAL_DIVISOR = 2
 """Causal masking skips the score tiles wholly above the diagonal: about half of the score
 matrix is computed and, unfused, written and read. The exact lower-triangle share is
 (s + 1)/(2s); the FlashAttention papers and tritonbench use ½ too. Q, K, V and O are still
-read and written whole, so fused traffic does not shrink."""
+read and written whole, so fused traffic does not shrink. See :func:`causal_half`."""
 
 QK, MASK, SOFTMAX, PV, FUSED = "Q·Kᵀ", "mask", "softmax", "P·V", "fused attention"
 """Stage names: what tables show, and how :func:`attnroof.analysis.softmax_flops` finds softmax."""
@@ -36,9 +39,53 @@ MASK_BYTES_PER_ELEMENT = 1
 """A boolean mask: one byte per score (torch.bool)."""
 
 
+def causal_half(scores: Num) -> Num:
+    """The scores a causal kernel computes out of ``scores``: half of them, counted whole.
+
+    Integers (Python, numpy or sympy ints, and integer arrays) give ⌈scores/2⌉, so no count of
+    elements or FLOPs is ever fractional; this is exactly ½ whenever ``scores`` is even (s² with
+    s even, as in every spec number). Symbols and floats give ``scores/2``, the continuous form
+    the limits and crossovers use; the two agree whenever s is even.
+
+    >>> causal_half(8192 * 8192), causal_half(1), causal_half(9)
+    (33554432, 1, 5)
+    """
+    if _is_integer(scores):
+        return -(-scores // CAUSAL_DIVISOR)
+    return scores / CAUSAL_DIVISOR
+
+
+def _is_integer(x: Num) -> bool:
+    """An int, an integer numpy scalar or array, or a sympy integer (not a symbol or a float)."""
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, numbers.Integral):
+        return True
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    return kind in ("i", "u")
+
+
 def _kept(scores: Num, causal: bool) -> Num:
     """The part of a block of scores that is computed (all of it, or half when causal)."""
-    return scores / CAUSAL_DIVISOR if causal else scores
+    return causal_half(scores) if causal else scores
+
+
+def _check(
+    s: Num,
+    d: Num,
+    group: Num,
+    itemsize: Num,
+    kv_itemsize: Num | None,
+    softmax_flops_per_element: Num,
+    batch: Num,
+    kv_heads: Num,
+) -> None:
+    """Refuse a size that is not a positive whole number, and a non-finite or negative figure."""
+    validate.sizes(s=s, d=d, group=group, batch=batch, kv_heads=kv_heads)
+    validate.positive("itemsize", itemsize)
+    if kv_itemsize is not None:
+        validate.positive("kv_itemsize", kv_itemsize)
+    validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
 
 
 def _attention(
@@ -56,9 +103,9 @@ def _attention(
 ) -> Cost:
     """One KV head and its ``group`` query heads."""
     skip = causal and not mask_pass  # causal tiles skipped, or every score computed then masked
-    scores = _kept(group * s_q * s_kv, skip)  # elements of S (and of P) actually produced
-    qk_flops = _kept(group * matmul_flops(s_q, d, s_kv), skip)
-    pv_flops = _kept(group * matmul_flops(s_q, s_kv, d), skip)
+    scores = group * _kept(s_q * s_kv, skip)  # elements of S (and of P) per KV head, whole
+    qk_flops = scores * matmul_flops(1, d, 1)  # each score: a (1×d)·(d×1) dot product
+    pv_flops = scores * matmul_flops(1, 1, d)  # each kept score weights one d-vector of V
     sm_flops = softmax_flops(scores, softmax_flops_per_element)
 
     q = Access("Q", group * s_q * d * itemsize)
@@ -112,7 +159,10 @@ def attention(
     545259520
     >>> attention(8192, 128, fused=True).bytes   # 2·4sd, part B2
     8388608
+    >>> attention(1, 128, causal=True).flops   # ⌈1/2⌉ = 1 score: 2·128 + 5 + 2·128, never 258.5
+    517
     """
+    _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
     one = _attention(
         s,
         s,
@@ -149,6 +199,7 @@ def decode(
     >>> c.flops, c.bytes                    # 4sd + 5s, 2·(2sd + 4s + 2d)
     (4235264, 4260352)
     """
+    _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
     one = _attention(
         1,
         s,

@@ -7,6 +7,7 @@ they run on every token of every layer.
 
 from __future__ import annotations
 
+from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 
@@ -36,6 +37,12 @@ def _one(name: str, flops: Num, reads: tuple[Access, ...], writes: tuple[Access,
     return Cost((Stage(name, flops, reads, writes),))
 
 
+def _itemsizes(**values: Num) -> None:
+    for name, value in values.items():
+        if value is not None:
+            validate.positive(name, value)
+
+
 def norm(
     n: Num,
     h: Num,
@@ -53,6 +60,8 @@ def norm(
     >>> c.flops, c.bytes                    # 4·4096 FLOPs; 2·(4096 + 4096 + 4096) bytes
     (16384, 24576)
     """
+    validate.sizes(n=n, h=h)
+    _itemsizes(itemsize=itemsize, weight_itemsize=weight_itemsize)
     w_item = itemsize if weight_itemsize is None else weight_itemsize
     if kind == "rms":
         per, params = RMSNORM_FLOPS_PER_ELEMENT, h
@@ -74,6 +83,8 @@ def add(n: Num, h: Num, *, itemsize: Num = BF16_BYTES, name: str = "residual add
     >>> add(1, 4096).bytes                  # 3 × 4096 × 2 bytes
     24576
     """
+    validate.sizes(n=n, h=h)
+    _itemsizes(itemsize=itemsize)
     return _one(
         name,
         ADD_FLOPS_PER_ELEMENT * n * h,
@@ -93,6 +104,8 @@ def activation(
     >>> activation(1, 14336, gated=True).flops      # (4 + 1) × 14336
     71680
     """
+    validate.sizes(n=n, width=width)
+    _itemsizes(itemsize=itemsize)
     if gated:
         per = SILU_FLOPS_PER_ELEMENT + GATE_FLOPS_PER_ELEMENT
         reads: tuple[Access, ...] = (Access("gate", n * width * itemsize), Access("up", n * width * itemsize))
@@ -116,6 +129,8 @@ def copy(
     >>> copy(2 * 8 * 128, write_itemsize=1).bytes   # new K and V of 8 heads, bf16 → fp8
     6144
     """
+    validate.sizes(elements=elements)
+    _itemsizes(read_itemsize=read_itemsize, write_itemsize=write_itemsize)
     w_item = read_itemsize if write_itemsize is None else write_itemsize
     return _one(name, 0, (Access(tensor, elements * read_itemsize),), (Access(tensor, elements * w_item),))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.matmul import matmul_flops
@@ -25,7 +26,11 @@ def linear(
     >>> c.flops, c.bytes
     (134217728, 134250496)
     """
-    w_itemsize = itemsize if weight_itemsize is None else weight_itemsize
+    validate.sizes(n=n, k=k, m=m)
+    validate.positive("itemsize", itemsize)
+    w_itemsize = (
+        itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
+    )
     return Cost(
         (
             Stage(

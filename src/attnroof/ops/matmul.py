@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnroof import validate
 from attnroof.cost import Num
 
 FLOPS_PER_MAC = 2
@@ -14,4 +15,5 @@ def matmul_flops(m: Num, k: Num, n: Num) -> Num:
     >>> matmul_flops(8192, 128, 8192)   # Q·Kᵀ at s = 8192, d = 128
     17179869184
     """
+    validate.sizes(m=m, k=k, n=n)
     return FLOPS_PER_MAC * m * n * k

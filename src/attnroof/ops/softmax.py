@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 
@@ -19,6 +20,8 @@ def softmax_flops(elements: Num, per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT) -
     >>> softmax_flops(8192 * 8192)
     335544320
     """
+    validate.nonnegative("elements", elements)
+    validate.nonnegative("per_element", per_element)
     return per_element * elements
 
 

@@ -19,6 +19,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from attnroof.devices import Device
+from attnroof.dtypes import rate_unit
 from attnroof.errors import InputError
 from attnroof.plot.inputs import Measured, model_point
 from attnroof.plot.labels import label_points
@@ -162,7 +163,7 @@ def _draw_roofs(ax: Any, roofs: Sequence[Roof], ylim: tuple[float, float], xlim:
             y,
             color=colour,
             lw=2.2,
-            label=f"{roof.dtype} roof: {_tflops(roof.peak_flops_per_s)} TFLOP/s, "
+            label=f"{roof.dtype} roof: {_tflops(roof.peak_flops_per_s)} T{rate_unit(roof.dtype)}, "
             f"{roof.bandwidth_bytes_per_s / TB_PER_S:g} TB/s",
             gid=f"roof-{roof.dtype}",
             zorder=3,
@@ -215,7 +216,7 @@ def _draw_ceilings(
             ls="--",
             gid=f"ceiling-{roof.dtype}",
             zorder=3,
-            label=f"{roof.dtype} measured: {_tflops(roof.peak_flops_per_s)} TFLOP/s, "
+            label=f"{roof.dtype} measured: {_tflops(roof.peak_flops_per_s)} T{rate_unit(roof.dtype)}, "
             f"{roof.bandwidth_bytes_per_s / TB_PER_S:.3g} TB/s",
         )
 

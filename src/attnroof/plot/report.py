@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from attnroof import __version__, outfile, render
+from attnroof import __version__, outfile, render, validate
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import AttnroofError, InputError
@@ -129,7 +129,7 @@ def report_html(
     batch: int = 8,
     heads: int = 32,
     layers: int = 80,
-    group: int = 8,
+    group: int | None = None,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
     measured: Sequence[Measured] | str | Path | None = None,
     ceilings: Sequence[Roof] | str | Path | None = None,
@@ -139,16 +139,15 @@ def report_html(
     by default :func:`attnroof.sheet.sheet_markdown` writes it for the same device and shape."""
     dev = get_device(device) if isinstance(device, str) else device
     dty = dtype(dt)
-    if heads % group:
-        raise InputError(f"--heads {heads} is not a multiple of --group {group}")
+    try:
+        from attnroof.sheet import default_group, sheet_markdown
+    except ImportError:
+        raise AttnroofError("this attnroof has no worked-analysis sheet (attnroof.sheet) to report") from None
+    if group is None:
+        group = default_group(heads)  # as the sheet chooses: 8 for 32 heads
+    validate.kv_heads(heads, group)
     roof = Roof.of(dev, dty)
     if sheet is None:
-        try:
-            from attnroof.sheet import sheet_markdown
-        except ImportError:
-            raise AttnroofError(
-                "this attnroof has no worked-analysis sheet (attnroof.sheet) to report"
-            ) from None
         sheet = sheet_markdown(
             dev,
             dty,
@@ -232,7 +231,7 @@ def report_html(
             (
                 "measured ceilings",
                 ", ".join(
-                    f"{r.dtype}: {render.rate(r.peak_flops_per_s)}, "
+                    f"{r.dtype}: {render.peak(r.peak_flops_per_s, r.dtype)}, "
                     f"{render.bandwidth(r.bandwidth_bytes_per_s)}"
                     for r in ceil
                 ),
