@@ -22,8 +22,8 @@ END = "<!-- catalog:end -->"
 
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnroof.commands.devices import catalog_table  # noqa: E402
 from attnroof.devices import builtin_devices  # noqa: E402
+from attnroof.text.devices import catalog_table  # noqa: E402
 
 
 def markdown_table() -> str:

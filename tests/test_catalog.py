@@ -10,7 +10,6 @@ from types import ModuleType
 
 import pytest
 
-from attnroof.commands.devices import catalog_rows
 from attnroof.devices import (
     ENV_VAR,
     builtin_devices,
@@ -21,6 +20,7 @@ from attnroof.devices import (
     user_devices,
 )
 from attnroof.errors import DeviceFileError, MissingPeak, UnknownDevice
+from attnroof.text.devices import catalog_rows
 from conftest import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,13 +21,12 @@ from attnroof.measure.records import (  # noqa: E402
     new_record,
     place_record,
     read_records,
-    roof_check,
     set_time,
 )
-from attnroof.measure.report import summary  # noqa: E402
 from attnroof.measure.runner import measure_case  # noqa: E402
 from attnroof.measure.suite import plan_cases, run_suite  # noqa: E402
 from attnroof.measure.timing import Budget  # noqa: E402
+from attnroof.text.measure import roof_check, summary  # noqa: E402
 
 TINY = Budget(seconds=0.001, min_reps=2, max_reps=2, warmup=0)
 # a made-up roof: 1 TFLOP/s in every dtype, 100 GB/s

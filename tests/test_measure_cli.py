@@ -22,7 +22,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 def test_core_and_parser_do_not_import_torch():
     code = (
         "import sys, attnroof, attnroof.cli as c; c.build_parser();"
-        "import attnroof.measure.ncu, attnroof.measure.report;"
+        "import attnroof.measure.ncu, attnroof.text.measure;"
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     proc = _python(code)

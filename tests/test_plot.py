@@ -20,7 +20,7 @@ import pytest
 from attnroof import Roof, attention, decode, linear
 from attnroof.devices import device_from_record, get_device
 from attnroof.dtypes import dtype
-from attnroof.sheet import sheet_markdown
+from attnroof.text.sheet import sheet_markdown
 from conftest import SRC, assert_one_line_error
 
 pytest.importorskip("matplotlib")

@@ -11,10 +11,10 @@ import sympy as sp
 from attnroof import attention, decode, linear
 from attnroof.errors import InputError
 from attnroof.footprint import footprint
-from attnroof.measure.records import roof_check
 from attnroof.ops import activation, add, copy, matmul_flops, norm, softmax_flops
 from attnroof.ops.attention import causal_half
-from attnroof.render import plural
+from attnroof.text.measure import roof_check
+from attnroof.text.render import plural
 from attnroof.validate import kv_heads
 from conftest import assert_one_line_error, run_cli
 

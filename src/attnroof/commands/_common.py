@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,32 +248,3 @@ def require(condition: bool, message: str) -> None:
 def emit_json(data: dict[str, Any]) -> None:
     text = json.dumps(to_jsonable(data), indent=2, ensure_ascii=False)  # whole, or nothing
     sys.stdout.write(text + "\n")
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
-    """A Markdown table, padded so that it reads well in a terminal too.
-
-    ``align`` has one letter per column, ``l`` or ``r`` (default: first left, rest right).
-    """
-    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    align = align or "l" + "r" * (len(headers) - 1)
-
-    def line(r: Sequence[str]) -> str:
-        return (
-            "| "
-            + " | ".join(
-                c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)
-            )
-            + " |"
-        )
-
-    rule = (
-        "|"
-        + "|".join(
-            ("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1))
-            for w, a in zip(widths, align, strict=True)
-        )
-        + "|"
-    )
-    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])

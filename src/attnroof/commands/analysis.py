@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from attnroof import render
 from attnroof.analysis import Comparison, attention_crossover, softmax_share, stage_json, sweep
 from attnroof.commands._common import (
     Command,
@@ -18,11 +17,12 @@ from attnroof.commands._common import (
     positive_int,
     resolve_heads,
     roof_from_args,
-    table,
 )
 from attnroof.footprint import footprint
 from attnroof.ops import attention, decode, linear
 from attnroof.roofline import place
+from attnroof.text import render
+from attnroof.text.render import table
 from attnroof.units import duration
 
 DEFAULT_SWEEP = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]

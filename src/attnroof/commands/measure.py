@@ -231,8 +231,8 @@ def _output(
     notes: list[str],
     extra: dict[str, Any] | None = None,
 ) -> int:
-    from attnroof.measure.records import impossible, roof_check
-    from attnroof.measure.report import summary
+    from attnroof.measure.records import impossible
+    from attnroof.text.measure import roof_check, summary
 
     check = roof_check(records)
     if args.json:
@@ -284,7 +284,7 @@ def _ceilings_run(args: argparse.Namespace) -> int:
         cat = None
         if catalog is not None:
             cat = catalog.peak_flops_per_s.get(dt) if matmul else catalog.bandwidth_bytes_per_s
-        from attnroof.measure.report import case_label
+        from attnroof.text.measure import case_label
 
         rows.append(
             {
@@ -311,7 +311,7 @@ def _ceilings_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    from attnroof.measure.report import ceilings_table
+    from attnroof.text.measure import ceilings_table
 
     print(f"ceilings of {dev.label}" + (f", beside {catalog.name}" if catalog else ""))
     print()
@@ -407,8 +407,8 @@ def _suite_run(args: argparse.Namespace) -> int:
     impls = _impls(args, "suite")
     results = _suite_file(args)  # a file that must not be touched is refused before torch loads
     dev = _torch_device(args)
-    from attnroof.measure.report import case_label
     from attnroof.measure.suite import plan_cases, run_suite
+    from attnroof.text.measure import case_label
 
     cases = plan_cases(dev.device.type, quick=args.quick, dt=dt, impls=impls)
     skipped = len(results.done & {c.key for c in cases})

@@ -6,7 +6,6 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from attnroof import render
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -16,7 +15,6 @@ from attnroof.commands._common import (
     positive_int,
     require,
     roof_from_args,
-    table,
 )
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
@@ -25,6 +23,8 @@ from attnroof.model.analysis import ModelAnalysis, Totals, analyse
 from attnroof.model.layers import Precision
 from attnroof.model.memory import Memory
 from attnroof.roofline import Roof
+from attnroof.text import render
+from attnroof.text.render import table
 from attnroof.units import GIGA, duration
 
 

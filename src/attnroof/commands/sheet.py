@@ -77,7 +77,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from attnroof.sheet import build_sheet, render_sheet
+    from attnroof.sheet import build_sheet
+    from attnroof.text.sheet import render_sheet
 
     dev, dt, _ = roof_from_args(args)
     sh = build_sheet(dev, dt, **sheet_kwargs(args))

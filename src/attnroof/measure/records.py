@@ -111,24 +111,6 @@ def impossible(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if r.get("impossible")]
 
 
-def roof_check(records: Iterable[Mapping[str, Any]]) -> str:
-    """One line when every timed point is under the measured roof, else a loud line per point."""
-    from attnroof.render import plural
-
-    records = list(records)
-    bad = impossible(records)
-    timed = sum(1 for r in records if r.get("efficiency") is not None)
-    if not bad:
-        limit = IMPOSSIBLE_TOLERANCE
-        if timed == 0:
-            return "roof check: no point has an efficiency to check (nothing was timed against a roof)"
-        which = "the one placed point lies" if timed == 1 else f"all {timed} placed points lie"
-        return f"roof check: {which} under the measured roof (efficiency ≤ {limit:g})"
-    lines = [f"roof check: {IMPOSSIBLE_TEXT}: {len(bad)} of {plural(timed, 'point')}"]
-    lines += [f"  {IMPOSSIBLE_TEXT}: {r['key']} efficiency {r['efficiency']:.2f}" for r in bad]
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------- the JSON-lines file
 
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from attnroof import __version__, outfile, render, validate
+from attnroof import __version__, outfile, validate
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import AttnroofError, InputError
@@ -28,6 +28,7 @@ from attnroof.plot.inputs import (
 from attnroof.plot.markdown import to_html
 from attnroof.plot.series import DEFAULT_N, DEFAULT_S, trajectories
 from attnroof.roofline import Roof
+from attnroof.text import render
 from attnroof.units import duration
 
 CSS = """
@@ -136,11 +137,12 @@ def report_html(
     sheet: str | None = None,
 ) -> str:
     """The report as one HTML document (a string). ``sheet`` is the worked analysis in Markdown;
-    by default :func:`attnroof.sheet.sheet_markdown` writes it for the same device and shape."""
+    by default :func:`attnroof.text.sheet.sheet_markdown` writes it for the same device and shape."""
     dev = get_device(device) if isinstance(device, str) else device
     dty = dtype(dt)
     try:
-        from attnroof.sheet import default_group, sheet_markdown
+        from attnroof.sheet import default_group
+        from attnroof.text.sheet import sheet_markdown
     except ImportError:
         raise AttnroofError("this attnroof has no worked-analysis sheet (attnroof.sheet) to report") from None
     if group is None:

@@ -1,13 +1,13 @@
-"""Text for people: the summary table of measurements and the notes under it. No torch."""
+"""Measurements in words: the summary table, the notes under it, the roof check and the
+ceilings table. No torch."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from attnroof.commands._common import table
-from attnroof.measure.records import OK
-from attnroof.render import bandwidth, num, pct, rate
+from attnroof.measure.records import IMPOSSIBLE_TEXT, IMPOSSIBLE_TOLERANCE, OK, impossible
+from attnroof.text.render import bandwidth, num, pct, plural, rate, table
 from attnroof.units import duration, si
 
 HEADERS = [
@@ -100,3 +100,19 @@ def ceilings_table(rows: Iterable[Mapping[str, Any]]) -> str:
             ]
         )
     return table(["ceiling", "dtype", "size", "measured", "catalog", "fraction"], body, "lllrrr")
+
+
+def roof_check(records: Iterable[Mapping[str, Any]]) -> str:
+    """One line when every timed point is under the measured roof, else a loud line per point."""
+    records = list(records)
+    bad = impossible(records)
+    timed = sum(1 for r in records if r.get("efficiency") is not None)
+    if not bad:
+        limit = IMPOSSIBLE_TOLERANCE
+        if timed == 0:
+            return "roof check: no point has an efficiency to check (nothing was timed against a roof)"
+        which = "the one placed point lies" if timed == 1 else f"all {timed} placed points lie"
+        return f"roof check: {which} under the measured roof (efficiency ≤ {limit:g})"
+    lines = [f"roof check: {IMPOSSIBLE_TEXT}: {len(bad)} of {plural(timed, 'point')}"]
+    lines += [f"  {IMPOSSIBLE_TEXT}: {r['key']} efficiency {r['efficiency']:.2f}" for r in bad]
+    return "\n".join(lines)
