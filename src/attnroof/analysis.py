@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from attnroof.solve import Crossover
 
 
+DEFAULT_SWEEP_S = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+"""Sequence lengths a sweep (and a chart) covers by default: powers of two from 512 to 128k."""
+
+
 def stage_json(stage: Stage) -> dict[str, Any]:
     return {
         "name": stage.name,

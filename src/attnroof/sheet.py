@@ -22,7 +22,11 @@ from attnroof.roofline import NEAR_RIDGE_FACTOR, Placement, Roof, place
 from attnroof.solve import Crossover, crossover, exact_expr
 from attnroof.solve import limit as solve_limit
 
+SHAPE_DEFAULTS: dict[str, int] = {"s": 8192, "d": 128, "batch": 8, "heads": 32, "layers": 80}
+"""The sheet's default shape, one place for the library, the CLI and the report: the spec's
+s = 8192, d = 128, and a Llama-70B-class model (32 query heads, 80 layers) at batch 8."""
 SWEEP_S = (512, 1024, 2048, 4096, 8192, 32768)
+"""The sequence lengths of part C's table (the spec's)."""
 SHARE_D = (8, 64, 128, 256)
 GROUPS = (1, 2, 4, 8)
 """The GQA groups part F3 compares (those that divide the head count), beside the user's group
@@ -119,11 +123,11 @@ def build_sheet(
     device: Device,
     dtype: DType,
     *,
-    s: int = 8192,
-    d: int = 128,
-    batch: int = 8,
-    heads: int = 32,
-    layers: int = 80,
+    s: int = SHAPE_DEFAULTS["s"],
+    d: int = SHAPE_DEFAULTS["d"],
+    batch: int = SHAPE_DEFAULTS["batch"],
+    heads: int = SHAPE_DEFAULTS["heads"],
+    layers: int = SHAPE_DEFAULTS["layers"],
     group: int | None = None,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
 ) -> Sheet:

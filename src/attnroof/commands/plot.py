@@ -24,6 +24,7 @@ from attnroof.commands._common import (
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
+from attnroof.sheet import SHAPE_DEFAULTS
 
 
 def _load_plot() -> Any:
@@ -94,7 +95,7 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
 def _plot_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="image to write: .png, .svg or .pdf")
     _force_arg(p)
-    add_head_dim_arg(p, default=128)
+    add_head_dim_arg(p, default=SHAPE_DEFAULTS["d"])
     p.add_argument(
         "-s",
         "--seq",

@@ -16,9 +16,9 @@ from attnroof.commands._common import (
     resolve_heads,
     roof_from_args,
 )
+from attnroof.sheet import SHAPE_DEFAULTS
 
-SHEET_HEADS = 32
-"""The sheet's default head count (a Llama-class layer); :func:`attnroof.sheet.build_sheet`'s too."""
+SHEET_HEADS = SHAPE_DEFAULTS["heads"]
 
 
 def add_sheet_args(p: argparse.ArgumentParser) -> None:
@@ -29,13 +29,16 @@ def add_sheet_args(p: argparse.ArgumentParser) -> None:
         "--seq",
         dest="s",
         type=positive_int,
-        default=8192,
+        default=SHAPE_DEFAULTS["s"],
         metavar="S",
-        help="sequence length (default 8192)",
+        help=f"sequence length (default {SHAPE_DEFAULTS['s']})",
     )
-    add_head_dim_arg(p, default=128)
+    add_head_dim_arg(p, default=SHAPE_DEFAULTS["d"])
     p.add_argument(
-        "--batch", type=positive_int, default=8, help="batch for footprint and batching (default 8)"
+        "--batch",
+        type=positive_int,
+        default=SHAPE_DEFAULTS["batch"],
+        help=f"batch for footprint and batching (default {SHAPE_DEFAULTS['batch']})",
     )
     p.add_argument(
         "--heads",
@@ -43,7 +46,12 @@ def add_sheet_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"query heads for footprint, GQA and batching (default {SHEET_HEADS})",
     )
-    p.add_argument("--layers", type=positive_int, default=80, help="layers for the footprint (default 80)")
+    p.add_argument(
+        "--layers",
+        type=positive_int,
+        default=SHAPE_DEFAULTS["layers"],
+        help=f"layers for the footprint (default {SHAPE_DEFAULTS['layers']})",
+    )
     p.add_argument(
         "--group",
         type=positive_int,

@@ -28,6 +28,7 @@ from attnroof.plot.inputs import (
 from attnroof.plot.markdown import to_html
 from attnroof.plot.series import DEFAULT_N, DEFAULT_S, trajectories
 from attnroof.roofline import Roof
+from attnroof.sheet import SHAPE_DEFAULTS
 from attnroof.text import render
 from attnroof.units import duration
 
@@ -125,11 +126,11 @@ def report_html(
     device: Device | str = "R",
     dt: DType | str = "bf16",
     *,
-    s: int = 8192,
-    d: int = 128,
-    batch: int = 8,
-    heads: int = 32,
-    layers: int = 80,
+    s: int = SHAPE_DEFAULTS["s"],
+    d: int = SHAPE_DEFAULTS["d"],
+    batch: int = SHAPE_DEFAULTS["batch"],
+    heads: int = SHAPE_DEFAULTS["heads"],
+    layers: int = SHAPE_DEFAULTS["layers"],
     group: int | None = None,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
     measured: Sequence[Measured] | str | Path | None = None,

@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from attnroof.analysis import DEFAULT_SWEEP_S
 from attnroof.cost import Cost
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT, attention, decode, linear
 from attnroof.roofline import Roof
 
-DEFAULT_S = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+DEFAULT_S = DEFAULT_SWEEP_S
 """Sequence lengths swept by default: the spec's C4 table, extended to 128k."""
 
 DEFAULT_N = (1, 4, 16, 64, 256, 1024, 4096, 16384)

@@ -1,0 +1,214 @@
+"""sweep, crossover, footprint: questions over a range of sizes — the intensity table over
+sequence lengths, the exact length where attention turns compute-bound, and the longest sequence
+whose score matrices fit in memory."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from attnroof.analysis import DEFAULT_SWEEP_S, attention_crossover, sweep
+from attnroof.commands._common import (
+    Command,
+    add_device_args,
+    add_head_dim_arg,
+    add_json_arg,
+    add_softmax_arg,
+    emit_json,
+    int_list,
+    positive_int,
+    roof_from_args,
+)
+from attnroof.footprint import footprint
+from attnroof.text import render
+from attnroof.text.render import table
+from attnroof.units import duration
+
+# ---------------------------------------------------------------- sweep
+
+
+def _sweep_setup(p: argparse.ArgumentParser) -> None:
+    add_head_dim_arg(p)
+    p.add_argument(
+        "-s",
+        "--seq",
+        dest="s",
+        type=int_list,
+        default=list(DEFAULT_SWEEP_S),
+        metavar="LIST",
+        help="sequence lengths: 512,1024 or 512..131072 (powers of two)",
+    )
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    add_softmax_arg(p)
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _sweep_run(args: argparse.Namespace) -> int:
+    dev, dt, roof = roof_from_args(args)
+    res = sweep(
+        args.s,
+        args.d,
+        roof,
+        causal=args.causal,
+        itemsize=dt.itemsize,
+        softmax_flops_per_element=args.softmax_flops,
+    )
+    unfused, fused = res["unfused"].rows(), res["fused"].rows()
+    rows: list[dict[str, Any]] = [
+        {"s": s, "unfused": u.to_json(), "fused": f.to_json()}
+        for s, u, f in zip(args.s, unfused, fused, strict=True)
+    ]
+    if args.json:
+        emit_json(
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                "d": args.d,
+                "causal": args.causal,
+                "ridge": roof.ridge,
+                "rows": rows,
+            }
+        )
+        return 0
+    mask = " causal" if args.causal else ""
+    print(f"attention{mask} sweep, d={args.d}")
+    print(render.device_line(dev, roof))
+    print()
+    body = [
+        [
+            r["s"],
+            render.num(r["unfused"]["intensity"]),
+            render.num(r["fused"]["intensity"]),
+            r["unfused"]["verdict"],
+            r["fused"]["verdict"],
+            duration(r["unfused"]["time_s"]),
+            duration(r["fused"]["time_s"]),
+        ]
+        for r in rows
+    ]
+    print(
+        table(
+            ["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"], body, "rrrllrr"
+        )
+    )
+    return 0
+
+
+# ---------------------------------------------------------------- crossover
+
+
+def _crossover_setup(p: argparse.ArgumentParser) -> None:
+    add_head_dim_arg(p)
+    p.add_argument("--causal", action="store_true", help="causal mask")
+    add_softmax_arg(p)
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _crossover_run(args: argparse.Namespace) -> int:
+    dev, dt, roof = roof_from_args(args)
+    res = {
+        label: attention_crossover(
+            args.d,
+            roof,
+            fused=fused,
+            causal=args.causal,
+            itemsize=dt.itemsize,
+            softmax_flops_per_element=args.softmax_flops,
+        )
+        for label, fused in (("unfused", False), ("fused", True))
+    }
+    if args.json:
+        emit_json(
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                "d": args.d,
+                "causal": args.causal,
+                "ridge": roof.ridge,
+                "unfused": res["unfused"].to_json(),
+                "fused": res["fused"].to_json(),
+            }
+        )
+        return 0
+    mask = " causal" if args.causal else ""
+    print(f"where attention{mask} (d={args.d}) reaches the ridge")
+    print(render.device_line(dev, roof))
+    for label, c in res.items():
+        print()
+        limit = c.limit_exact if c.limit_intensity is not None else "∞ (unbounded)"
+        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {limit}")
+        print(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
+        if c.never:
+            print(
+                f"  never: no positive s reaches the ridge; I stays below its supremum {render.num(c.limit_intensity)} FLOP/byte"
+            )
+        else:
+            print(f"  compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})")
+    return 0
+
+
+# ---------------------------------------------------------------- footprint
+
+
+def _footprint_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length"
+    )
+    p.add_argument("--batch", type=positive_int, default=1, help="sequences (default 1)")
+    p.add_argument("--heads", type=positive_int, default=1, help="heads (default 1)")
+    p.add_argument("--layers", type=positive_int, default=1, help="layers whose scores are kept (default 1)")
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _footprint_run(args: argparse.Namespace) -> int:
+    from attnroof.devices import get_device
+    from attnroof.dtypes import dtype
+
+    dt = dtype(args.dtype)
+    dev = get_device(args.device).with_overrides(dt, capacity_bytes=args.capacity)
+    fp = footprint(
+        args.s,
+        itemsize=dt.itemsize,
+        batch=args.batch,
+        heads=args.heads,
+        layers=args.layers,
+        capacity_bytes=dev.capacity_bytes,
+    )
+    if args.json:
+        emit_json({"device": dev.name, "dtype": dt.name, **fp.to_json()})
+        return 0
+    print(f"score matrix ({dt.name}) at s={args.s}: {render.nbytes(fp.bytes_per_head)} per head")
+    print(f"× batch {args.batch} × heads {args.heads} × layers {args.layers} = {render.nbytes(fp.bytes)}")
+    if fp.capacity_bytes is None:
+        print(f"{dev.name} has no capacity in the catalog; pass --capacity to compare")
+    else:
+        verdict = "fits" if fp.fits else "does NOT fit"
+        print(
+            f"{render.pct(fp.fraction_of_capacity)} of {dev.name}'s {render.nbytes(fp.capacity_bytes)}: {verdict}"
+        )
+        print(f"largest s whose scores fit: {fp.s_max_fits}")
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "sweep", "intensity and verdict over sequence lengths (the C4 table)", _sweep_setup, _sweep_run, 20
+    ),
+    Command(
+        "crossover",
+        "exact sequence length where attention turns compute-bound",
+        _crossover_setup,
+        _crossover_run,
+        30,
+    ),
+    Command(
+        "footprint",
+        "bytes of the materialised score matrices vs device memory",
+        _footprint_setup,
+        _footprint_run,
+        60,
+    ),
+)
