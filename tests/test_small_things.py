@@ -196,7 +196,7 @@ def test_errors_say_which_forms_are_accepted():
     [
         ("--peak-flops", "1e300", "at most 1e20 FLOP/s"),
         ("--peak-flops", "2e20", "at most 1e20 FLOP/s"),
-        ("--bandwidth", "1e300", "at most 1e16 B/s"),
+        ("--bandwidth", "1e300", "at most 1e17 B/s"),
         ("--capacity", "1e17", "at most 1e16 B"),
     ],
 )

@@ -183,9 +183,9 @@ def test_harmless_and_modelled_fields_still_load(override: dict, window: int | N
 @pytest.mark.parametrize(
     ("flag", "needle"),
     [
-        ("--peak-flops", "--peak-flops = 1e+300 FLOP/s is implausibly large for one device (above 1e20"),
-        ("--bandwidth", "--bandwidth = 1e+300 bytes/s is implausibly large for one device (above 1e17"),
-        ("--capacity", "--capacity = 1e+300 bytes is implausibly large for one device (above 1e16"),
+        ("--peak-flops", "'1e300' is implausibly large for --peak-flops (at most 1e20 FLOP/s)"),
+        ("--bandwidth", "'1e300' is implausibly large for --bandwidth (at most 1e17 B/s)"),
+        ("--capacity", "'1e300' is implausibly large for --capacity (at most 1e16 B)"),
     ],
 )
 def test_absurdly_large_override_is_refused(flag: str, needle: str) -> None:

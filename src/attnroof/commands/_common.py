@@ -11,7 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof import validate
-from attnroof.devices import DEFAULT_DEVICE, Device, get_device
+from attnroof.devices import (
+    DEFAULT_DEVICE,
+    MAX_PLAUSIBLE_BANDWIDTH,
+    MAX_PLAUSIBLE_CAPACITY,
+    MAX_PLAUSIBLE_FLOPS,
+    Device,
+    get_device,
+)
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
 from attnroof.jsonable import to_jsonable
@@ -47,10 +54,10 @@ MAX_SIZE = 2**40
 its FLOP counts would outrun a float's exact range."""
 MAX_SOFTMAX_FLOPS = 1000
 """FLOPs per score: the usual counts are 0 to about 10; beyond 1000 the figure is a typo."""
-MAX_RATE = {"FLOP/s": 1e20, "B/s": 1e16, "B": 1e16}
-"""The largest figure a single device can plausibly have, per unit: 10²⁰ FLOP/s is 10⁵× today's
-fastest chip, 10¹⁶ B/s (10 PB/s) and 10 PB of memory likewise. The device files obey the same
-limits; beyond them a figure is a typo (an exponent too many)."""
+MAX_RATE = {"FLOP/s": MAX_PLAUSIBLE_FLOPS, "B/s": MAX_PLAUSIBLE_BANDWIDTH, "B": MAX_PLAUSIBLE_CAPACITY}
+"""The largest figure a single device can plausibly have, per unit: the device module's limits
+(:data:`attnroof.devices.MAX_PLAUSIBLE_FLOPS` and the others, with their reasons), so a flag and a
+device file refuse the same figures."""
 _INT_FORMS = "expected a positive integer such as 8192 or 8k"
 _NUMBER_FORMS = "expected a number such as 3.35e12 or 3.35T"
 
@@ -195,6 +202,13 @@ def add_softmax_arg(p: argparse.ArgumentParser) -> None:
         help=f"FLOPs per score element in softmax (default {SOFTMAX_FLOPS_PER_ELEMENT}; "
         "0 = the FlashAttention papers' convention)",
     )
+
+
+def add_force_arg(p: argparse.ArgumentParser) -> None:
+    """``--force``: overwrite an output file that holds measurements (the same flag for every writer)."""
+    from attnroof.outfile import FORCE_HELP
+
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
 
 
 def add_json_arg(p: argparse.ArgumentParser) -> None:

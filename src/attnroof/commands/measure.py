@@ -14,137 +14,15 @@ import argparse
 import sys
 from typing import Any
 
+from attnroof.commands import _measure_flags as flags
 from attnroof.commands._common import (
     Command,
-    add_head_dim_arg,
-    add_json_arg,
     emit_json,
-    positive_int,
     require,
     resolve_heads,
 )
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError, read_json
-
-DEFAULT_RESULTS = "results.jsonl"
-
-
-# ---------------------------------------------------------------- flags
-
-
-def _common(p: argparse.ArgumentParser, *, ceilings: bool = True) -> None:
-    g = p.add_argument_group("device")
-    g.add_argument(
-        "--device",
-        default=None,
-        metavar="NAME|FILE",
-        help="catalog device (or device file) to compare with, e.g. h200; default: none",
-    )
-    g.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
-    if ceilings:
-        g.add_argument(
-            "--ceilings",
-            metavar="FILE.json",
-            help="ceilings saved by 'attnroof measure ceilings -o FILE.json' (default: measure them now)",
-        )
-        g.add_argument(
-            "--ncu", action="store_true", help="also read DRAM bytes with Nsight Compute (CUDA, ncu on PATH)"
-        )
-    g.add_argument("--cpu", action="store_true", help="run on the CPU even when CUDA is present")
-    add_json_arg(p)
-
-
-def _append_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE.jsonl",
-        help="also append each measurement to this JSON-lines file as soon as it is made",
-    )
-
-
-def _impl_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--impl", metavar="A,B", help="only these implementations, e.g. eager,sdpa-flash")
-
-
-def _heads(p: argparse.ArgumentParser, *, group: bool) -> None:
-    p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
-    default, what = (None, "--group, one KV head") if group else (1, "1")
-    p.add_argument("--heads", type=positive_int, default=default, help=f"query heads (default {what})")
-    if group:
-        p.add_argument(
-            "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head (default 1)"
-        )
-
-
-def _force_arg(p: argparse.ArgumentParser) -> None:
-    from attnroof.outfile import FORCE_HELP
-
-    p.add_argument("--force", action="store_true", help=FORCE_HELP)
-
-
-def _ceilings_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true", help="fewer, smaller matmul sizes")
-    p.add_argument(
-        "-o", "--output", metavar="FILE.json", help="write the ceilings here (usable as --device FILE.json)"
-    )
-    _force_arg(p)
-    _common(p, ceilings=False)
-
-
-def _attention_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-s", "--seq", dest="s", type=positive_int, required=True, metavar="S", help="sequence length"
-    )
-    add_head_dim_arg(p)
-    _heads(p, group=False)
-    p.add_argument("--causal", action="store_true", help="causal mask")
-    _impl_arg(p)
-    _append_arg(p)
-    _common(p)
-
-
-def _decode_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length"
-    )
-    add_head_dim_arg(p)
-    _heads(p, group=True)
-    _impl_arg(p)
-    _append_arg(p)
-    _common(p)
-
-
-def _linear_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "-n", "--tokens", dest="n", type=positive_int, required=True, help="tokens through the layer"
-    )
-    p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
-    p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
-    _append_arg(p)
-    _common(p)
-
-
-def _suite_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--quick", action="store_true", help="the small campaign (under a minute on two CPU cores)"
-    )
-    p.add_argument(
-        "-o",
-        "--output",
-        default=DEFAULT_RESULTS,
-        metavar="FILE.jsonl",
-        help=f"JSON-lines results, one measurement a line (default {DEFAULT_RESULTS})",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="keep the results file and measure only what it lacks (ceilings included)",
-    )
-    _force_arg(p)
-    _impl_arg(p)
-    _common(p)
-
 
 # ---------------------------------------------------------------- shared steps
 
@@ -273,30 +151,11 @@ def _ceilings_run(args: argparse.Namespace) -> int:
         outfile.target(args.output)
         outfile.check_overwrite(args.output, force=args.force, foreign=False, hint=_FORCE_HINT)
     dev = _torch_device(args)
-    from attnroof.measure.ceilings import best, measure_ceilings, measured_device, write_ceilings
+    from attnroof.measure.ceilings import ceiling_rows, measure_ceilings, measured_device, write_ceilings
 
     records = measure_ceilings(dev, quick=args.quick)
     device = measured_device(records, dev)
-    rows = []
-    for (what, dt), r in best(records).items():
-        matmul = what == "matmul"
-        value = r["achieved_flops_per_s"] if matmul else r["achieved_bytes_per_s"]
-        cat = None
-        if catalog is not None:
-            cat = catalog.peak_flops_per_s.get(dt) if matmul else catalog.bandwidth_bytes_per_s
-        from attnroof.text.measure import case_label
-
-        rows.append(
-            {
-                "what": what,
-                "dtype": dt if matmul else None,
-                "size": case_label(r).split(" ", 1)[1],
-                "measured": value,
-                "catalog": cat,
-                "fraction": value / cat if cat else None,
-                "key": r["key"],
-            }
-        )
+    rows = ceiling_rows(records, catalog)
     if args.output:
         write_ceilings(args.output, device, records)
     if args.json:
@@ -445,23 +304,23 @@ SUBCOMMANDS = (
     (
         "ceilings",
         "bandwidth (read, write, copy) and best matmul rate per dtype",
-        _ceilings_setup,
+        flags.ceilings_setup,
         _ceilings_run,
     ),
     (
         "attention",
         "time eager attention and every SDPA backend",
-        _attention_setup,
+        flags.attention_setup,
         lambda a: _kernels_run(a, "attention"),
     ),
     (
         "decode",
         "time one-token decode against a KV cache, grouped-query",
-        _decode_setup,
+        flags.decode_setup,
         lambda a: _kernels_run(a, "decode"),
     ),
-    ("linear", "time a linear layer over n tokens", _linear_setup, lambda a: _kernels_run(a, "linear")),
-    ("suite", "the whole campaign into a JSON-lines file, with a summary", _suite_setup, _suite_run),
+    ("linear", "time a linear layer over n tokens", flags.linear_setup, lambda a: _kernels_run(a, "linear")),
+    ("suite", "the whole campaign into a JSON-lines file, with a summary", flags.suite_setup, _suite_run),
 )
 
 

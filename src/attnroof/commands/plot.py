@@ -13,6 +13,7 @@ from typing import Any
 from attnroof.commands._common import (
     Command,
     add_device_args,
+    add_force_arg,
     add_head_dim_arg,
     add_json_arg,
     add_softmax_arg,
@@ -54,12 +55,6 @@ def _output_check(args: argparse.Namespace) -> None:
     )
 
 
-def _force_arg(p: argparse.ArgumentParser) -> None:
-    from attnroof.outfile import FORCE_HELP
-
-    p.add_argument("--force", action="store_true", help=FORCE_HELP)
-
-
 def _inputs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--measured", metavar="FILE.jsonl", help="measured results (attnroof measure) to place on the chart"
@@ -94,7 +89,7 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
 
 def _plot_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="image to write: .png, .svg or .pdf")
-    _force_arg(p)
+    add_force_arg(p)
     add_head_dim_arg(p, default=SHAPE_DEFAULTS["d"])
     p.add_argument(
         "-s",
@@ -203,7 +198,7 @@ def _report_setup(p: argparse.ArgumentParser) -> None:
     from attnroof.commands.sheet import add_sheet_args
 
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="HTML file to write")
-    _force_arg(p)
+    add_force_arg(p)
     add_sheet_args(p)
     _inputs_args(p)
     add_device_args(p)

@@ -15,12 +15,15 @@ A device file::
 
     [peak_flops_per_s]
     bf16 = 1200e12
+
+Length: the record, its construction from a TOML table (every field checked, a misspelt one
+named) and the lookup by name are what a device is; the figure checks live in
+:mod:`attnroof.devices.checks`.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 import tomllib
@@ -31,27 +34,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from attnroof.devices.checks import (
+    MAX_PLAUSIBLE_BANDWIDTH,
+    MAX_PLAUSIBLE_CAPACITY,
+    MAX_PLAUSIBLE_FLOPS,
+    MIN_PLAUSIBLE_CAPACITY,  # noqa: F401 (re-exported: the measure and plot extras check figures too)
+    MIN_PLAUSIBLE_RATE,  # noqa: F401
+    check_capacity,
+    check_onchip,
+    check_rate,
+)
 from attnroof.dtypes import DTYPES, DType, dtype
 from attnroof.errors import DeviceFileError, InputError, MissingPeak, UnknownDevice, read_json, read_text
 
 ENV_VAR = "ATTNROOF_DEVICES"
 """A TOML file, or a folder of them, whose devices add to or replace the catalog's."""
-
-MIN_PLAUSIBLE_RATE = 1e9
-"""Below 1e9 FLOP/s or bytes/s a figure was almost surely typed in TFLOP/s, TB/s or GB/s."""
-MIN_PLAUSIBLE_CAPACITY = 1e6
-"""Below 1 MB of device memory the figure was almost surely typed in GB."""
-MAX_PLAUSIBLE_FLOPS = 1e20
-"""Above 1e20 FLOP/s (100 EFLOP/s) a peak is not one device's: the fastest single chips publish
-~1e16 dense (B200 fp4 ~9e15; Cerebras WSE-3 1.25e17 for a whole wafer), so this leaves ~1000×
-headroom and catches a figure typed with the wrong prefix, a cluster's total, or garbage."""
-MAX_PLAUSIBLE_BANDWIDTH = 1e17
-"""Above 1e17 bytes/s (100 PB/s) a bandwidth is not one device's: HBM stacks give ~1e13 (H200
-4.8e12, B200 8e12) and the largest published on-device figure is Cerebras WSE-3's on-wafer SRAM
-at 2.1e16, which this bound still admits (a 1e16 bound would not)."""
-MAX_PLAUSIBLE_CAPACITY = 1e16
-"""Above 1e16 bytes (10 PB) of memory is not one device's: GPUs hold ~1e11 and the largest
-single hosts ~3e13 (24 TB), so this leaves ~300× headroom."""
 
 _REQUIRED = ("name", "peak_flops_per_s", "bandwidth_bytes_per_s")
 _OPTIONAL = {
@@ -150,76 +147,6 @@ class Device:
 # ---------------------------------------------------------------- validation
 
 
-def _show(value: Any) -> str:
-    """A figure for an error line; a huge integer (a 300-digit TOML value) is not printed whole."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
-        try:
-            text = str(value)
-        except ValueError:  # beyond Python's int-to-str limit
-            return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
-        return f"{text[:3]}…{text[-3:]} (a {len(text)}-digit integer)"
-    return repr(value)
-
-
-def _power(x: float) -> str:
-    """``1e20`` for 1e20."""
-    return f"1e{round(math.log10(x))}"
-
-
-def _check_figure(what: str, value: Any, unit: str) -> None:
-    """A positive, finite number: an int of any size or a finite float (no ``float()`` of an
-    int too large for one)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise DeviceFileError(f"{what} = {value!r} is not a number ({unit})")
-    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
-        raise DeviceFileError(f"{what} = {_show(value)} must be a positive, finite number ({unit})")
-
-
-def check_rate(what: str, value: Any, unit: str, example: str) -> None:
-    """:class:`DeviceFileError` unless ``value`` is a plausible rate of one device in ``unit``
-    (FLOP/s or bytes/s): between :data:`MIN_PLAUSIBLE_RATE` and :data:`MAX_PLAUSIBLE_FLOPS` or
-    :data:`MAX_PLAUSIBLE_BANDWIDTH`. The error names ``what`` (a field or a flag) and the value."""
-    _check_figure(what, value, unit)
-    if value < MIN_PLAUSIBLE_RATE:
-        raise DeviceFileError(
-            f"{what} = {value!r} {unit} is implausibly small: figures are in {unit}, "
-            f"not T{unit} or G{unit} (write e.g. {example})"
-        )
-    top = MAX_PLAUSIBLE_FLOPS if unit.startswith("FLOP") else MAX_PLAUSIBLE_BANDWIDTH
-    if value > top:
-        raise DeviceFileError(
-            f"{what} = {_show(value)} {unit} is implausibly large for one device (above {_power(top)} "
-            f"{unit}): figures are plain {unit} of a single device (write e.g. {example})"
-        )
-
-
-def check_capacity(what: str, value: Any) -> None:
-    """:class:`DeviceFileError` unless ``value`` is a plausible memory size of one device in
-    bytes: between :data:`MIN_PLAUSIBLE_CAPACITY` and :data:`MAX_PLAUSIBLE_CAPACITY`."""
-    _check_figure(what, value, "bytes")
-    if value < MIN_PLAUSIBLE_CAPACITY:
-        raise DeviceFileError(
-            f"{what} = {value!r} bytes is implausibly small: capacity is in bytes, not GB "
-            "(write e.g. 80e9 or 80G)"
-        )
-    if value > MAX_PLAUSIBLE_CAPACITY:
-        raise DeviceFileError(
-            f"{what} = {_show(value)} bytes is implausibly large for one device (above "
-            f"{_power(MAX_PLAUSIBLE_CAPACITY)} bytes): capacity is plain bytes of a single device "
-            "(write e.g. 80e9 or 80G)"
-        )
-
-
-def _check_onchip(what: str, value: Any) -> None:
-    """On-chip memory (caches, SRAM): no lower bound (a few MB is real), the same upper one."""
-    _check_figure(what, value, "bytes")
-    if value > MAX_PLAUSIBLE_CAPACITY:
-        raise DeviceFileError(
-            f"{what} = {_show(value)} bytes is implausibly large for one device "
-            f"(above {_power(MAX_PLAUSIBLE_CAPACITY)} bytes)"
-        )
-
-
 def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
     """Build and validate a :class:`Device` from one TOML table. Errors name the field."""
     where = f"{origin}: " if origin else ""
@@ -261,7 +188,7 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
             if key == "capacity_bytes":
                 _wrap(at, check_capacity, key, record[key])
             else:
-                _wrap(at, _check_onchip, key, record[key])
+                _wrap(at, check_onchip, key, record[key])
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise DeviceFileError(f"{at}'aliases' must be a list of strings")

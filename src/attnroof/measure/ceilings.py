@@ -28,7 +28,7 @@ from attnroof.measure.env import TorchDevice
 from attnroof.measure.records import CEILING, OK, SKIP, new_record, place_record, set_time
 from attnroof.measure.runner import is_out_of_memory, one_line
 from attnroof.measure.timing import Budget, time_kernel
-from attnroof.units import GiB, MiB
+from attnroof.units import GiB, MiB, si
 
 READ, WRITE, COPY, MATMUL = "read", "write", "copy", "matmul"
 BANDWIDTHS = (READ, WRITE, COPY)
@@ -291,3 +291,27 @@ def write_ceilings(path: str | os.PathLike[str], device: Device, records: list[d
     rec.pop("aliases", None)
     doc = {"format": FILE_FORMAT, "device": rec, "ceilings": records}
     outfile.write_text(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+
+
+def ceiling_rows(records: list[dict[str, Any]], catalog: Device | None = None) -> list[dict[str, Any]]:
+    """The best ceiling per (kind, dtype), beside the catalog's figure for it where one is given:
+    what ``attnroof measure ceilings`` prints and puts under ``"ceilings"``."""
+    rows = []
+    for (what, dt), r in best(records).items():
+        matmul = what == "matmul"
+        value = r["achieved_flops_per_s"] if matmul else r["achieved_bytes_per_s"]
+        cat = None
+        if catalog is not None:
+            cat = catalog.peak_flops_per_s.get(dt) if matmul else catalog.bandwidth_bytes_per_s
+        rows.append(
+            {
+                "what": what,
+                "dtype": dt if matmul else None,
+                "size": si(r["shape"]["bytes"], "B") if "bytes" in r["shape"] else f"{r['shape']['n']}³",
+                "measured": value,
+                "catalog": cat,
+                "fraction": value / cat if cat else None,
+                "key": r["key"],
+            }
+        )
+    return rows

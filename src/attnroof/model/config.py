@@ -28,7 +28,6 @@ Qwen2's ``max_window_layers`` below the layer count, Gemma-2/3's alternation).
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 from collections.abc import Mapping
@@ -38,10 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from attnroof.errors import InputError, loads_strict, read_json
-
-
-class ModelConfigError(InputError):
-    """A model config that is unreadable, malformed, or has impossible values."""
+from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str
+from attnroof.model.unmodelled import sliding_window, unmodelled
 
 
 class UnknownModel(InputError, LookupError):
@@ -54,74 +51,6 @@ GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
 """Without a known model type, a SiLU activation means a gated MLP (every SiLU LLM uses SwiGLU)."""
 GPT2_INNER_FACTOR = 4
 """GPT-2's MLP width when ``n_inner`` is null: 4 × hidden (``GPT2MLP`` in transformers)."""
-MAX_CONFIG_INT = 2**31 - 1
-"""Largest size a config field may hold. Real configs stay far below it (vocabularies ~2.6e5,
-contexts ~1e7); a tensor dimension beyond the int32 range is not a model but a corrupted or
-hostile file, and a bound keeps every product exact and printable."""
-
-_MOE = "mixture-of-experts layers are not modelled yet; attnroof would count a dense model"
-_MLA = "multi-head latent attention (compressed KV) is not modelled yet; attnroof would count plain attention"
-_ALTERNATING = (
-    "attention that alternates between sliding-window and full layers is not modelled yet; "
-    "attnroof would count one kind for every layer"
-)
-_CHUNKED = "chunked local attention is not modelled yet; attnroof would count full attention"
-_SOFTCAP = (
-    "logit soft-capping (a tanh on every score) is not modelled yet; attnroof would count "
-    "plain softmax attention"
-)
-_FINAL_SOFTCAP = "soft-capping of the output logits is not modelled yet"
-_ENC_DEC = "encoder-decoder models are not modelled; attnroof counts a decoder-only stack"
-
-UNMODELLED_FIELDS: tuple[tuple[str, str], ...] = (
-    ("num_local_experts", _MOE),  # Mixtral, gpt-oss, Llama 4, PhiMoE
-    ("num_experts", _MOE),  # Qwen2/3-MoE, OLMoE
-    ("n_routed_experts", _MOE),  # DeepSeek-V2/V3
-    ("moe_num_experts", _MOE),
-    ("num_experts_per_tok", _MOE),
-    ("experts_per_token", _MOE),  # gpt-oss
-    ("moe_intermediate_size", _MOE),
-    ("n_shared_experts", _MOE),
-    ("shared_expert_intermediate_size", _MOE),  # Qwen2-MoE
-    ("first_k_dense_replace", _MOE),  # DeepSeek: dense layers before the MoE ones
-    ("kv_lora_rank", _MLA),  # DeepSeek-V2/V3
-    ("q_lora_rank", _MLA),
-    ("qk_rope_head_dim", _MLA),
-    ("qk_nope_head_dim", _MLA),
-    ("v_head_dim", _MLA),
-    ("sliding_window_pattern", _ALTERNATING),  # Gemma 3: every n-th layer global
-    ("attention_chunk_size", _CHUNKED),  # Llama 4
-    ("attn_logit_softcapping", _SOFTCAP),  # Gemma 2
-    ("final_logit_softcapping", _FINAL_SOFTCAP),
-    ("is_encoder_decoder", _ENC_DEC),
-)
-"""Fields that change the arithmetic in a way attnroof does not model, each with why it is
-refused. A field counts when its value is set: not null, false, 0 or empty."""
-
-UNMODELLED_MODEL_TYPES: dict[str, str] = {
-    "mixtral": _MOE,
-    "phimoe": _MOE,
-    "qwen2_moe": _MOE,
-    "qwen3_moe": _MOE,
-    "olmoe": _MOE,
-    "dbrx": _MOE,
-    "jamba": _MOE,
-    "granitemoe": _MOE,
-    "llama4": _MOE,
-    "llama4_text": _MOE,
-    "deepseek_v2": _MLA,
-    "deepseek_v3": _MLA,
-    "gemma2": _ALTERNATING,
-    "gemma3": _ALTERNATING,
-    "gemma3_text": _ALTERNATING,
-    "cohere2": _ALTERNATING,
-    "gpt_oss": "alternating sliding-window layers, attention sinks and mixture-of-experts are not "
-    "modelled yet; attnroof would count a dense model",
-}
-"""Model types whose architecture attnroof does not model even when the config has none of the
-fields above (Gemma 2 alternates windowed and global layers without saying so in its config)."""
-
-_LAYER_KINDS = frozenset({"full_attention", "sliding_attention"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,124 +140,6 @@ class ModelConfig:
 # ---------------------------------------------------------------- parsing
 
 
-def _int(cfg: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
-    """A positive integer field; ``default`` when absent or null (missing and required: error)."""
-    value = cfg.get(key)
-    if value is None:
-        if default is ...:
-            raise ModelConfigError(f"{where}: missing required field {key!r}")
-        return default
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (isinstance(value, float) and (not math.isfinite(value) or value != int(value)))
-    ):
-        raise ModelConfigError(f"{where}: {key} = {_show(value)} is not an integer")
-    if value <= 0:
-        raise ModelConfigError(f"{where}: {key} = {_show(value)} must be positive")
-    if value > MAX_CONFIG_INT:
-        raise ModelConfigError(
-            f"{where}: {key} = {_show(value)} is absurdly large for a model (above {MAX_CONFIG_INT:,})"
-        )
-    return int(value)
-
-
-def _str(cfg: Mapping[str, Any], key: str, where: str) -> str:
-    """A string field; "" when absent or null."""
-    value = cfg.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ModelConfigError(f"{where}: {key} = {_show(value)} is not a string")
-    return value
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    """A field's value for an error line: its JSON-ish repr, cut short if long (a 4000-digit
-    integer, a list of 80 layer kinds)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _set(value: Any) -> bool:
-    """A field that says something: not null, false, 0 or empty."""
-    return value is not None and value is not False and value != 0 and value not in ("", [], {})
-
-
-def unmodelled(cfg: Mapping[str, Any], where: str = "config") -> None:
-    """:class:`ModelConfigError` naming the first field (and value) of ``cfg`` that changes the
-    arithmetic in a way attnroof does not model yet, with the others after it; nothing when
-    every field is one attnroof counts or one that changes nothing.
-
-    >>> unmodelled({"model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2})
-    Traceback (most recent call last):
-    ...
-    attnroof.model.config.ModelConfigError: config: num_local_experts = 8: mixture-of-experts layers are not modelled yet; attnroof would count a dense model (also: num_experts_per_tok, model_type)
-    """
-    found: list[tuple[str, Any, str]] = [
-        (key, cfg[key], why) for key, why in UNMODELLED_FIELDS if _set(cfg.get(key))
-    ]
-    kinds = cfg.get("layer_types")
-    if kinds is not None:
-        if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
-            raise ModelConfigError(f"{where}: layer_types = {_show(kinds)} is not a list of strings")
-        odd = sorted(set(kinds) - _LAYER_KINDS)
-        if odd:
-            found.append(("layer_types", kinds, f"layers of kind {odd[0]!r} are not modelled yet"))
-        elif len(set(kinds)) > 1:
-            found.append(("layer_types", kinds, _ALTERNATING))
-    if _bool(cfg, "use_sliding_window", where, False) and "max_window_layers" in cfg:
-        # Qwen2: layers from max_window_layers on are windowed, those before are not
-        first = cfg["max_window_layers"]
-        total = cfg.get("num_hidden_layers")
-        if isinstance(first, int) and isinstance(total, int) and 0 < first < total:
-            found.append(("max_window_layers", first, _ALTERNATING))
-    model_type = str(cfg.get("model_type") or "").lower()
-    if model_type in UNMODELLED_MODEL_TYPES:
-        found.append(("model_type", model_type, UNMODELLED_MODEL_TYPES[model_type]))
-    if found:
-        key, value, why = found[0]
-        # the other fields, one for each other reason first (DeepSeek: its latent attention
-        # is named before the rest of its expert fields)
-        rest = [(k, w) for k, _, w in found[1:] if k != key]
-        firsts = [k for i, (k, w) in enumerate(rest) if w != why and w not in {x for _, x in rest[:i]}]
-        others = list(dict.fromkeys([*firsts, *(k for k, _ in rest)]))
-        named = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
-        also = f" (also: {named})" if others else ""
-        raise ModelConfigError(f"{where}: {key} = {_show(value)}: {why}{also}")
-
-
-def _window(cfg: Mapping[str, Any], where: str, layers: int) -> int | None:
-    """The sliding window of every layer, or ``None`` (full attention); call after
-    :func:`unmodelled`, which refuses windows on only some layers."""
-    window = _int(cfg, "sliding_window", where, None)  # checked even when unused
-    if not _bool(cfg, "use_sliding_window", where, True):
-        return None  # Qwen2.5: a window is configured but switched off
-    kinds = cfg.get("layer_types")
-    if kinds is not None:
-        if len(kinds) != layers:
-            raise ModelConfigError(f"{where}: layer_types has {len(kinds)} entries for {layers} layers")
-        if kinds and set(kinds) == {"full_attention"}:
-            return None
-        if window is None and kinds:
-            raise ModelConfigError(f"{where}: layer_types has sliding_attention layers but no sliding_window")
-    first = cfg.get("max_window_layers")
-    if window is not None and "use_sliding_window" in cfg and isinstance(first, int) and first >= layers:
-        return None  # Qwen2: no layer reaches max_window_layers
-    return window
-
-
-def _bool(cfg: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
-    value = cfg.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ModelConfigError(f"{where}: {key} = {value!r} is not true or false")
-    return value
-
-
 def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> ModelConfig:
     """A :class:`ModelConfig` from the dictionary of a Hugging Face ``config.json``.
 
@@ -338,9 +149,9 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     """
     if not isinstance(cfg, Mapping):
         raise ModelConfigError(f"{where}: a config must be a JSON object, not {_json_type(cfg)}")
-    model_type = _str(cfg, "model_type", where).lower()
-    name = name or _str(cfg, "_name_or_path", where)
-    _str(cfg, "_name_or_path", where)  # a name that is not a string is an error, even when unused
+    model_type = read_str(cfg, "model_type", where).lower()
+    name = name or read_str(cfg, "_name_or_path", where)
+    read_str(cfg, "_name_or_path", where)  # a name that is not a string is an error, even when unused
     unmodelled(cfg, where)
     gpt2 = model_type == "gpt2" or "n_embd" in cfg
     k = (
@@ -354,11 +165,11 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
             "pos": "max_position_embeddings",
         }
     )
-    hidden = _int(cfg, k["hidden"], where)
-    layers = _int(cfg, k["layers"], where)
-    heads = _int(cfg, k["heads"], where)
-    kv_heads = _int(cfg, "num_key_value_heads", where, heads)
-    head_dim = _int(cfg, "head_dim", where, None)
+    hidden = read_int(cfg, k["hidden"], where)
+    layers = read_int(cfg, k["layers"], where)
+    heads = read_int(cfg, k["heads"], where)
+    kv_heads = read_int(cfg, "num_key_value_heads", where, heads)
+    head_dim = read_int(cfg, "head_dim", where, None)
     if head_dim is None:
         if hidden % heads:
             raise ModelConfigError(
@@ -370,26 +181,26 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         raise ModelConfigError(
             f"{where}: num_key_value_heads = {kv_heads} does not divide {k['heads']} = {heads}"
         )
-    vocab = _int(cfg, "vocab_size", where)
-    max_positions = _int(cfg, k["pos"], where, None)
+    vocab = read_int(cfg, "vocab_size", where)
+    max_positions = read_int(cfg, k["pos"], where, None)
     if gpt2:
-        intermediate = _int(cfg, k["inner"], where, GPT2_INNER_FACTOR * hidden)
-        gated, norm, tied = False, "layer", _bool(cfg, "tie_word_embeddings", where, True)
+        intermediate = read_int(cfg, k["inner"], where, GPT2_INNER_FACTOR * hidden)
+        gated, norm, tied = False, "layer", read_bool(cfg, "tie_word_embeddings", where, True)
         qkv_bias = o_bias = mlp_bias = True
         learned = max_positions or 0
     else:
-        intermediate = _int(cfg, k["inner"], where)
-        act = (_str(cfg, "hidden_act", where) or _str(cfg, "hidden_activation", where)).lower()
+        intermediate = read_int(cfg, k["inner"], where)
+        act = (read_str(cfg, "hidden_act", where) or read_str(cfg, "hidden_activation", where)).lower()
         gated = model_type in GATED_MODEL_TYPES or (not model_type and act in GATED_ACTIVATIONS)
         norm = "rms" if "rms_norm_eps" in cfg else "layer"
-        tied = _bool(cfg, "tie_word_embeddings", where, False)
-        bias = _bool(cfg, "attention_bias", where, False)
+        tied = read_bool(cfg, "tie_word_embeddings", where, False)
+        bias = read_bool(cfg, "attention_bias", where, False)
         qwen2 = model_type == "qwen2"  # Qwen2 has q/k/v biases and none on o_proj, whatever the config says
         qkv_bias, o_bias = (True, False) if qwen2 else (bias, bias)
-        mlp_bias = _bool(cfg, "mlp_bias", where, False)
+        mlp_bias = read_bool(cfg, "mlp_bias", where, False)
         learned = 0
-    gated = _bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
-    window = _window(cfg, where, layers)
+    gated = read_bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
+    sliding = sliding_window(cfg, where, layers)
     return ModelConfig(
         name=name or model_type or "model",
         hidden=hidden,
@@ -406,7 +217,7 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         o_bias=o_bias,
         mlp_bias=mlp_bias,
         learned_positions=learned,
-        sliding_window=window,
+        sliding_window=sliding,
         max_positions=max_positions,
     )
 

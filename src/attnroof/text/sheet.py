@@ -2,6 +2,8 @@
 
 Every sentence that states a comparison (which roof binds, how far from the ridge, whether the
 softmax share matters) branches on the numbers, so another device or shape gets the right words.
+
+Length: one document, parts A–F, read top to bottom; each part's helper sits beside the part.
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""Plausibility checks for device figures: each one a finite number in its SI unit, neither so
+small that it was typed in the wrong unit (TFLOP/s for FLOP/s) nor so large that it cannot be one
+device's. Errors name the field and say what was probably meant."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from attnroof.errors import DeviceFileError
+
+MIN_PLAUSIBLE_RATE = 1e9
+"""Below 1e9 FLOP/s or bytes/s a figure was almost surely typed in TFLOP/s, TB/s or GB/s."""
+MIN_PLAUSIBLE_CAPACITY = 1e6
+"""Below 1 MB of device memory the figure was almost surely typed in GB."""
+MAX_PLAUSIBLE_FLOPS = 1e20
+"""Above 1e20 FLOP/s (100 EFLOP/s) a peak is not one device's: the fastest single chips publish
+~1e16 dense (B200 fp4 ~9e15; Cerebras WSE-3 1.25e17 for a whole wafer), so this leaves ~1000×
+headroom and catches a figure typed with the wrong prefix, a cluster's total, or garbage."""
+MAX_PLAUSIBLE_BANDWIDTH = 1e17
+"""Above 1e17 bytes/s (100 PB/s) a bandwidth is not one device's: HBM stacks give ~1e13 (H200
+4.8e12, B200 8e12) and the largest published on-device figure is Cerebras WSE-3's on-wafer SRAM
+at 2.1e16, which this bound still admits (a 1e16 bound would not)."""
+MAX_PLAUSIBLE_CAPACITY = 1e16
+"""Above 1e16 bytes (10 PB) of memory is not one device's: GPUs hold ~1e11 and the largest
+single hosts ~3e13 (24 TB), so this leaves ~300× headroom."""
+
+
+def _show(value: Any) -> str:
+    """A figure for an error line; a huge integer (a 300-digit TOML value) is not printed whole."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 100:
+        try:
+            text = str(value)
+        except ValueError:  # beyond Python's int-to-str limit
+            return f"an integer of about {int(value.bit_length() * math.log10(2))} digits"
+        return f"{text[:3]}…{text[-3:]} (a {len(text)}-digit integer)"
+    return repr(value)
+
+
+def _power(x: float) -> str:
+    """``1e20`` for 1e20."""
+    return f"1e{round(math.log10(x))}"
+
+
+def _check_figure(what: str, value: Any, unit: str) -> None:
+    """A positive, finite number: an int of any size or a finite float (no ``float()`` of an
+    int too large for one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DeviceFileError(f"{what} = {value!r} is not a number ({unit})")
+    if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+        raise DeviceFileError(f"{what} = {_show(value)} must be a positive, finite number ({unit})")
+
+
+def check_rate(what: str, value: Any, unit: str, example: str) -> None:
+    """:class:`DeviceFileError` unless ``value`` is a plausible rate of one device in ``unit``
+    (FLOP/s or bytes/s): between :data:`MIN_PLAUSIBLE_RATE` and :data:`MAX_PLAUSIBLE_FLOPS` or
+    :data:`MAX_PLAUSIBLE_BANDWIDTH`. The error names ``what`` (a field or a flag) and the value."""
+    _check_figure(what, value, unit)
+    if value < MIN_PLAUSIBLE_RATE:
+        raise DeviceFileError(
+            f"{what} = {value!r} {unit} is implausibly small: figures are in {unit}, "
+            f"not T{unit} or G{unit} (write e.g. {example})"
+        )
+    top = MAX_PLAUSIBLE_FLOPS if unit.startswith("FLOP") else MAX_PLAUSIBLE_BANDWIDTH
+    if value > top:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} {unit} is implausibly large for one device (above {_power(top)} "
+            f"{unit}): figures are plain {unit} of a single device (write e.g. {example})"
+        )
+
+
+def check_capacity(what: str, value: Any) -> None:
+    """:class:`DeviceFileError` unless ``value`` is a plausible memory size of one device in
+    bytes: between :data:`MIN_PLAUSIBLE_CAPACITY` and :data:`MAX_PLAUSIBLE_CAPACITY`."""
+    _check_figure(what, value, "bytes")
+    if value < MIN_PLAUSIBLE_CAPACITY:
+        raise DeviceFileError(
+            f"{what} = {value!r} bytes is implausibly small: capacity is in bytes, not GB "
+            "(write e.g. 80e9 or 80G)"
+        )
+    if value > MAX_PLAUSIBLE_CAPACITY:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} bytes is implausibly large for one device (above "
+            f"{_power(MAX_PLAUSIBLE_CAPACITY)} bytes): capacity is plain bytes of a single device "
+            "(write e.g. 80e9 or 80G)"
+        )
+
+
+def check_onchip(what: str, value: Any) -> None:
+    """On-chip memory (caches, SRAM): no lower bound (a few MB is real), the same upper one."""
+    _check_figure(what, value, "bytes")
+    if value > MAX_PLAUSIBLE_CAPACITY:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} bytes is implausibly large for one device "
+            f"(above {_power(MAX_PLAUSIBLE_CAPACITY)} bytes)"
+        )
