@@ -48,3 +48,21 @@ def test_other_shapes_fall_back_to_sympy():
     # attention's FLOPs grow as s², not affinely: the general solver answers (part D2)
     c = affine_crossover(lambda s: attention(s, 128, fused=True), 1200e12, 4.0e12, variable="s")
     assert (c.s_min, c.exact) == (595, "307200/517")
+
+
+def test_the_gemm_crossover_never_loads_sympy():
+    """The point of the fraction solver: `attnroof linear` starts without sympy's import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from attnroof.ops import linear; from attnroof.solve import affine_crossover;"
+        "c = affine_crossover(lambda n: linear(n, 4096, 4096), 1200e12, 4e12);"
+        "assert c.s_min == 352, c; assert 'sympy' not in sys.modules, 'sympy was imported'"
+    )
+    from conftest import SRC
+
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}
+    )
+    assert r.returncode == 0, r.stderr

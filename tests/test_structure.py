@@ -78,3 +78,19 @@ def test_modules_are_small_or_say_why(path: Path) -> None:
     assert any(line.startswith("Length:") for line in doc.splitlines()), (
         f"{_rel(path)} has {lines} lines; split it or say why at its top (a line 'Length: ...')"
     )
+
+
+def test_the_command_index_names_each_commands_module() -> None:
+    """cli.py imports only the module of the command being run; the index it reads must list
+    every command, each at the module that defines it."""
+    import importlib
+    import pkgutil
+
+    import attnroof.commands as pkg
+
+    found = {}
+    for m in pkgutil.iter_modules(pkg.__path__):
+        if not m.name.startswith("_"):
+            for command in importlib.import_module(f"attnroof.commands.{m.name}").COMMANDS:
+                found[command.name] = m.name
+    assert found == pkg.MODULE_OF_COMMAND

@@ -51,7 +51,9 @@ class Parser(argparse.ArgumentParser):
         self.error(f"argument {what}: invalid choice {value!r}{hint} (choose from {', '.join(names)})")
 
 
-def build_parser() -> Parser:
+def build_parser(command: str | None = None) -> Parser:
+    """The parser of every command, or of ``command`` alone when it is known (start-up then
+    imports one command module instead of all of them)."""
     import attnroof.commands as pkg
 
     parser = Parser(
@@ -62,27 +64,47 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"attnroof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    modules = [
-        importlib.import_module(f"attnroof.commands.{m.name}")
-        for m in pkgutil.iter_modules(pkg.__path__)
-        if not m.name.startswith("_")
-    ]
+    if command in pkg.MODULE_OF_COMMAND:
+        names = [pkg.MODULE_OF_COMMAND[command]]
+    else:
+        names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    modules = [importlib.import_module(f"attnroof.commands.{name}") for name in names]
     commands = [c for mod in modules for c in getattr(mod, "COMMANDS", ())]
     for command in sorted(commands, key=lambda c: c.order):
         command.register(sub)
     return parser
 
 
+FLAG_OF_PARAM = {
+    "peak_flops_per_s": "--peak-flops",
+    "bandwidth_bytes_per_s": "--bandwidth",
+    "capacity_bytes": "--capacity",
+    "device": "--device",
+    "dtype": "--dtype",
+    "heads": "--heads",
+    "group": "--group",
+}
+"""The flag that sets each library parameter an error may name (see ``AttnroofError.param``)."""
+
+
+def _with_flags(e: AttnroofError) -> str:
+    """The error's message, with the library parameter it names replaced by its flag."""
+    text = str(e)
+    flag = FLAG_OF_PARAM.get(e.param or "")
+    return text.replace(e.param, flag, 1) if flag and e.param else text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
     try:
         return int(args.handler(args) or 0)
     except AttnroofError as e:
-        print(f"attnroof: error: {one_line(str(e))}", file=sys.stderr)
+        print(f"attnroof: error: {one_line(_with_flags(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as e:  # a command may say what was kept and how to go on
         print(f"attnroof: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)

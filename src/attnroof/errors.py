@@ -10,7 +10,15 @@ from typing import Any
 
 
 class AttnroofError(Exception):
-    """Base class: a bad value from the user, a file or the catalog."""
+    """Base class: a bad value from the user, a file or the catalog.
+
+    ``param`` names the library parameter the message is about (``peak_flops_per_s``,
+    ``heads``), written as is in the message; the CLI swaps it for the flag the user typed
+    (``--peak-flops``), so the library never has to know its command line."""
+
+    def __init__(self, *args: object, param: str | None = None) -> None:
+        super().__init__(*args)
+        self.param = param
 
 
 class InputError(AttnroofError, ValueError):

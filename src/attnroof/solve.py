@@ -273,15 +273,16 @@ def _fraction(x: Any) -> Fraction:
 
 
 def _affine(cost_of: Callable[[Any], Any]) -> tuple[Fraction, Fraction, Fraction] | None:
-    """(a, b, c) with FLOPs = a·x and bytes = b·x + c, read off the cost at x = 0, 1, 2; None
-    when the cost is not of that shape (or not positive)."""
+    """(a, b, c) with FLOPs = a·x and bytes = b·x + c, read off the cost at x = 1, 2 and checked
+    at x = 3; None when the cost is not of that shape (or not positive)."""
     try:
-        f = [Fraction(cost_of(x).flops) for x in (0, 1, 2)]
-        by = [Fraction(cost_of(x).bytes) for x in (0, 1, 2)]
+        f = [Fraction(cost_of(x).flops) for x in (1, 2, 3)]
+        by = [Fraction(cost_of(x).bytes) for x in (1, 2, 3)]
     except (TypeError, ValueError, ArithmeticError):
         return None
-    a, c, b = f[1], by[0], by[1] - by[0]
-    if f[0] != 0 or f[2] != 2 * a or by[2] != c + 2 * b or a <= 0 or b <= 0 or c <= 0:
+    a, b = f[0], by[1] - by[0]
+    c = by[0] - b
+    if f[1] != 2 * a or f[2] != 3 * a or by[2] != 3 * b + c or a <= 0 or b <= 0 or c <= 0:
         return None
     return a, b, c
 

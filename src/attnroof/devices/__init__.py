@@ -29,7 +29,6 @@ import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -47,6 +46,9 @@ from attnroof.devices.checks import (
 from attnroof.dtypes import DTYPES, DType, dtype
 from attnroof.errors import DeviceFileError, InputError, MissingPeak, UnknownDevice, read_json, read_text
 
+CATALOG_FILE = Path(__file__).with_name("catalog.toml")
+"""The packaged catalog, read beside this module (a plain path: importlib.resources' import costs
+more than the read, and attnroof is never run from a zip)."""
 ENV_VAR = "ATTNROOF_DEVICES"
 """A TOML file, or a folder of them, whose devices add to or replace the catalog's."""
 
@@ -93,7 +95,8 @@ class Device:
         except KeyError:
             have = ", ".join(self.peak_flops_per_s) or "none"
             raise MissingPeak(
-                f"{self.name} has no {name} peak in the catalog (it has: {have}); pass --peak-flops"
+                f"{self.name} has no {name} peak in the catalog (it has: {have}); set peak_flops_per_s",
+                param="peak_flops_per_s",
             ) from None
 
     def ridge(self, dt: str | DType) -> float:
@@ -111,15 +114,17 @@ class Device:
         """A copy with the figures given replaced; ``peak_flops_per_s`` applies to ``dt``."""
         changes: dict[str, Any] = {}
         if peak_flops_per_s is not None:
-            check_rate("--peak-flops", peak_flops_per_s, "FLOP/s", "1200e12 or 1200T")
+            _override_check(check_rate, "peak_flops_per_s", peak_flops_per_s, "FLOP/s", "1200e12 or 1200T")
             peaks = dict(self.peak_flops_per_s)
             peaks[dtype(dt).name] = float(peak_flops_per_s)
             changes["peak_flops_per_s"] = MappingProxyType(peaks)
         if bandwidth_bytes_per_s is not None:
-            check_rate("--bandwidth", bandwidth_bytes_per_s, "bytes/s", "4e12 or 4T")
+            _override_check(
+                check_rate, "bandwidth_bytes_per_s", bandwidth_bytes_per_s, "bytes/s", "4e12 or 4T"
+            )
             changes["bandwidth_bytes_per_s"] = float(bandwidth_bytes_per_s)
         if capacity_bytes is not None:
-            check_capacity("--capacity", capacity_bytes)
+            _override_check(check_capacity, "capacity_bytes", capacity_bytes)
             changes["capacity_bytes"] = float(capacity_bytes)
         if not changes:
             return self
@@ -145,6 +150,14 @@ class Device:
 
 
 # ---------------------------------------------------------------- validation
+
+
+def _override_check(check: Any, param: str, *args: Any) -> None:
+    """A figure given as a parameter: the check's error, naming ``param`` (a flag, to the CLI)."""
+    try:
+        check(param, *args)
+    except DeviceFileError as e:
+        raise InputError(str(e), param=param) from None
 
 
 def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
@@ -287,7 +300,7 @@ def _check_duplicates(devices: Iterable[Device]) -> None:
 
 def builtin_devices() -> list[Device]:
     """The packaged catalog, in file order."""
-    text = resources.files("attnroof.devices").joinpath("catalog.toml").read_text(encoding="utf-8")
+    text = CATALOG_FILE.read_text(encoding="utf-8")
     return parse_devices(text, "catalog.toml")
 
 
@@ -340,8 +353,9 @@ def get_device(name_or_path: str, env: Mapping[str, str] | None = None) -> Devic
         if len(devices) != 1:
             names = ", ".join(d.name for d in devices)
             raise DeviceFileError(
-                f"{text}: holds {len(devices)} devices ({names}); --device takes a file of one device, "
-                f"or put this file in ${ENV_VAR} and name the device"
+                f"{text}: holds {len(devices)} devices ({names}); device takes a file of one device, "
+                f"or put this file in ${ENV_VAR} and name the device",
+                param="device",
             )
         return devices[0]
     devices = catalog(env)

@@ -109,7 +109,7 @@ def check_dtype(name: str) -> str:
     """The attnroof name of a dtype the kernels can run in (bf16, fp16, fp32)."""
     dt = dtype(name).name
     if dt not in TORCH_DTYPES:
-        raise InputError(f"--dtype {name}: measured kernels run in {', '.join(TORCH_DTYPES)}")
+        raise InputError(f"dtype {name}: measured kernels run in {', '.join(TORCH_DTYPES)}", param="dtype")
     return dt
 
 

@@ -32,7 +32,6 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,8 @@ class UnknownModel(InputError, LookupError):
     """No built-in model of that name."""
 
 
+CONFIGS = Path(__file__).with_name("configs")
+"""The packaged model configs (``model/configs/NAME.json``)."""
 GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"})
 """Model types whose MLP is gated (SwiGLU/GeGLU): gate and up projections, then down."""
 GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
@@ -246,12 +247,12 @@ def _key(name: str) -> str:
 
 def builtin_names() -> list[str]:
     """Names of the packaged models, sorted: ``gpt2``, ``llama-3.1-70b``, ..."""
-    folder = resources.files("attnroof.model").joinpath("configs")
+    folder = CONFIGS
     return sorted(f.name.removesuffix(".json") for f in folder.iterdir() if f.name.endswith(".json"))
 
 
 def _builtin_raw(name: str) -> dict[str, Any]:
-    path = resources.files("attnroof.model").joinpath("configs", name + ".json")
+    path = CONFIGS / f"{name}.json"
     return loads_strict(path.read_text(encoding="utf-8"))
 
 
