@@ -8,7 +8,6 @@ from typing import Any
 
 from attnroof.analysis import (
     Comparison,
-    softmax_share,
     stage_json,
 )
 from attnroof.commands._common import (
@@ -26,7 +25,7 @@ from attnroof.cost import Cost
 from attnroof.operators import operator
 from attnroof.roofline import place
 from attnroof.text import render
-from attnroof.text.render import table
+from attnroof.text.operators import comparison_text, linear_text
 
 # the formulas, as the operator table registers them
 attention, decode, linear = (operator(n).forward for n in ("attention", "decode", "linear"))
@@ -53,30 +52,6 @@ def _heads_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--group", type=positive_int, default=1, metavar="G", help="query heads per KV head, GQA (default 1)"
     )
-
-
-def _comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
-    u, f = cmp.unfused, cmp.fused
-    lines = [
-        title,
-        dev_line,
-        "",
-        f"FLOPs {render.flops(cmp.flops)} (softmax {render.pct(softmax_share(u.cost))})",
-        "",
-        table(
-            render.PLACEMENT_HEADERS,
-            [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)],
-        ),
-        "",
-        f"traffic unfused/fused: {render.num(cmp.traffic_ratio)}×   speedup ceiling from fusion: {render.num(cmp.speedup_ceiling)}×",
-        "",
-        "unfused stages:",
-        table(["stage", "FLOPs", "reads", "writes", "bytes"], render.stage_rows(u.cost), "lrllr"),
-        "",
-        "fused stages:",
-        table(["stage", "FLOPs", "reads", "writes", "bytes"], render.stage_rows(f.cost), "lrllr"),
-    ]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- attention
@@ -107,7 +82,7 @@ def _attention_run(args: argparse.Namespace) -> int:
         return 0
     mask = " causal" if args.causal else ""
     title = f"attention forward{mask}: s={args.s} d={args.d} batch={args.batch} heads={args.heads} group={args.group}"
-    print(_comparison_text(title, cmp, render.device_line(dev, roof)))
+    print(comparison_text(title, cmp, render.device_line(dev, roof)))
     return 0
 
 
@@ -144,7 +119,7 @@ def _decode_run(args: argparse.Namespace) -> int:
         emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
         return 0
     title = f"decode: one token against a KV cache of {args.s}, d={args.d} batch={args.batch} heads={args.heads} group={args.group}"
-    print(_comparison_text(title, cmp, render.device_line(dev, roof)))
+    print(comparison_text(title, cmp, render.device_line(dev, roof)))
     return 0
 
 
@@ -195,17 +170,7 @@ def _linear_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(f"linear: {render.plural(args.n, 'token')} through a {args.k}×{args.m} weight")
-    print(render.device_line(dev, roof))
-    print()
-    print(table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]))
-    print()
-    if cross.never:
-        print(f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})")
-    else:
-        print(
-            f"compute-bound from n = {render.plural(cross.s_min, 'token')} (n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
-        )
+    print(linear_text(args.n, args.k, args.m, dev, roof, p, cross))
     return 0
 
 

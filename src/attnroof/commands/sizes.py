@@ -20,9 +20,7 @@ from attnroof.commands._common import (
     roof_from_args,
 )
 from attnroof.footprint import footprint
-from attnroof.text import render
-from attnroof.text.render import table
-from attnroof.units import duration
+from attnroof.text.operators import crossover_text, footprint_text, sweep_text
 
 # ---------------------------------------------------------------- sweep
 
@@ -71,27 +69,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    mask = " causal" if args.causal else ""
-    print(f"attention{mask} sweep, d={args.d}")
-    print(render.device_line(dev, roof))
-    print()
-    body = [
-        [
-            r["s"],
-            render.num(r["unfused"]["intensity"]),
-            render.num(r["fused"]["intensity"]),
-            r["unfused"]["verdict"],
-            r["fused"]["verdict"],
-            duration(r["unfused"]["time_s"]),
-            duration(r["fused"]["time_s"]),
-        ]
-        for r in rows
-    ]
-    print(
-        table(
-            ["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"], body, "rrrllrr"
-        )
-    )
+    print(sweep_text(args.d, args.causal, dev, roof, rows))
     return 0
 
 
@@ -132,20 +110,7 @@ def _crossover_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    mask = " causal" if args.causal else ""
-    print(f"where attention{mask} (d={args.d}) reaches the ridge")
-    print(render.device_line(dev, roof))
-    for label, c in res.items():
-        print()
-        limit = c.limit_exact if c.limit_intensity is not None else "∞ (unbounded)"
-        print(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {limit}")
-        print(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
-        if c.never:
-            print(
-                f"  never: no positive s reaches the ridge; I stays below its supremum {render.num(c.limit_intensity)} FLOP/byte"
-            )
-        else:
-            print(f"  compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})")
+    print(crossover_text(args.d, args.causal, dev, roof, res))
     return 0
 
 
@@ -180,16 +145,7 @@ def _footprint_run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"device": dev.name, "dtype": dt.name, **fp.to_json()})
         return 0
-    print(f"score matrix ({dt.name}) at s={args.s}: {render.nbytes(fp.bytes_per_head)} per head")
-    print(f"× batch {args.batch} × heads {args.heads} × layers {args.layers} = {render.nbytes(fp.bytes)}")
-    if fp.capacity_bytes is None:
-        print(f"{dev.name} has no capacity in the catalog; pass --capacity to compare")
-    else:
-        verdict = "fits" if fp.fits else "does NOT fit"
-        print(
-            f"{render.pct(fp.fraction_of_capacity)} of {dev.name}'s {render.nbytes(fp.capacity_bytes)}: {verdict}"
-        )
-        print(f"largest s whose scores fit: {fp.s_max_fits}")
+    print(footprint_text(args.s, dt.name, dev.name, fp))
     return 0
 
 

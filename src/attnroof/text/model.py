@@ -1,0 +1,192 @@
+"""A whole model's step in words: the header, the per-operator table with the step's totals and
+memory, the batch sweep, and the list of built-in models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.devices import Device
+from attnroof.dtypes import DType
+from attnroof.model.analysis import ModelAnalysis, Totals
+from attnroof.model.batching import GemmCrossover
+from attnroof.model.config import ModelConfig
+from attnroof.model.memory import Memory
+from attnroof.roofline import Roof
+from attnroof.text import render
+from attnroof.text.render import table
+from attnroof.units import GIGA, duration
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """What the header states: the model, the device, the step and the three dtypes."""
+
+    model: ModelConfig
+    device: Device
+    roof: Roof
+    phase: str
+    context: int
+    fused: bool
+    dt: DType
+    wdt: DType
+    kdt: DType
+
+
+def header(s: Setting, batch: int | None) -> list[str]:
+    m = s.model
+    shape = (
+        f"{m.layers} layers, hidden {m.hidden}, {m.heads} heads on {m.kv_heads} KV heads "
+        f"of {m.head_dim}, MLP {m.intermediate}{' gated' if m.gated else ''}, vocab {m.vocab}, "
+        f"{render.num(m.params() / GIGA)} B parameters"
+    )
+    what = (
+        f"prefill of {render.plural(s.context, 'token')}"
+        if s.phase == "prefill"
+        else f"decode of one token at context {s.context}"
+    )
+    if batch is not None:
+        what += f", batch {batch}"
+    attn = "fused" if s.fused else "unfused"
+    lines = [
+        f"{m.name}: {shape}",
+        render.device_line(s.device, s.roof),
+        f"{what}; weights {s.wdt.name}, KV cache {s.kdt.name}, activations {s.dt.name}; {attn} attention",
+    ]
+    if s.wdt.name != s.dt.name:
+        lines.append(f"weights stored as {s.wdt.name} are multiplied at the {s.dt.name} peak (--dtype)")
+    return lines
+
+
+def step_text(s: Setting, a: ModelAnalysis) -> str:
+    """One step: every operator placed, then the step's totals, its memory and the notes."""
+    t = a.totals
+    rows = [
+        [
+            o.name,
+            f"×{o.count}" if o.count > 1 else "",
+            render.flops(o.flops),
+            render.nbytes(o.bytes),
+            render.num(o.intensity),
+            duration(o.time_s),
+            o.limiter,
+            render.pct(o.count * o.time_s / t.time_s),
+        ]
+        for o in a.ops
+    ]
+    headers = ["operator", "×", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of step"]
+    tokens = t.tokens_per_s
+    rate = f"≤ {render.num(tokens)} tokens/s" if tokens is not None else f"time to first token ≥ {_rate(t)}"
+    out = [
+        *header(s, a.batch),
+        "",
+        table(headers, rows, "llrrrrlr"),
+        "",
+        f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}, time ≥ {duration(t.time_s)}; {rate}",
+        f"memory-bound {render.pct(t.memory_bound_share)} of the time; "
+        f"attention takes {render.pct(t.attention_share)} of the time",
+        memory_line(a.memory, s.device.name, s.model.max_positions),
+        *(f"note: {n}" for n in a.notes),
+    ]
+    return "\n".join(out)
+
+
+def _rate(t: Totals) -> str:
+    """Decode: the tokens/s ceiling; prefill: the time-to-first-token floor."""
+    if t.tokens_per_s is not None:
+        return render.num(t.tokens_per_s)
+    return duration(t.time_s if t.ttft_s is None else t.ttft_s)
+
+
+def memory_line(mem: Memory, device: str, max_positions: int | None = None) -> str:
+    b = render.nbytes
+    used = (
+        f"memory: weights {b(mem.weights_bytes)} + KV cache {b(mem.kv_cache_bytes)} "
+        f"({b(mem.kv_cache_bytes_per_token)}/token) + activations {b(mem.activation_bytes)}"
+        f" = {b(mem.total_bytes)}"
+    )
+    if mem.capacity_bytes is None:
+        return used + f"; {device} has no capacity figure (pass --capacity)"
+    verdict = "fits" if mem.fits else "does NOT fit"
+    if mem.max_context is not None and max_positions and mem.max_context > max_positions:
+        ctx = f"{max_positions:,} (the model's limit; memory alone would allow {mem.max_context:,})"
+    elif mem.max_context is not None:
+        ctx = f"{mem.max_context:,}"
+    elif max_positions:  # a sliding window: the cache stops growing, the model's own limit remains
+        ctx = f"{max_positions:,} (the model's limit; the KV cache stops growing at the window)"
+    else:
+        ctx = "unbounded (the KV cache stops growing at the window)"
+    return (
+        f"{used} of {b(mem.capacity_bytes)}: {verdict}; largest batch at this context {mem.max_batch:,}, "
+        f"largest context at this batch {ctx}"
+    )
+
+
+def sweep_text(
+    s: Setting,
+    runs: Sequence[ModelAnalysis],
+    gemms: Sequence[GemmCrossover],
+    step_batch: int | None,
+    share: float,
+) -> str:
+    """A step at several batches, where each GEMM turns compute-bound, and (decode) whether the
+    whole step ever does."""
+    decode = s.phase == "decode"
+    mlp = "gate/up projection" if s.model.gated else "up projection"
+    rows: list[list[Any]] = []
+    for a in runs:
+        t, mem = a.totals, a.memory
+        fits = "—" if mem.fits is None else ("yes" if mem.fits else "no")
+        rows.append(
+            [
+                a.batch,
+                duration(t.time_s),
+                _rate(t),
+                a.op(mlp).limiter,
+                a.op("attention").limiter,
+                render.pct(t.memory_bound_share),
+                render.pct(t.attention_share),
+                render.nbytes(mem.kv_cache_bytes),
+                fits,
+            ]
+        )
+    headers = ["batch", "step ≥", "tokens/s ≤" if decode else "TTFT ≥", "MLP GEMM", "attention"]
+    headers += ["memory-bound", "attention share", "KV cache", "fits"]
+    cross = ", ".join(f"{g.name} {g.batch}" if g.batch else f"{g.name} never" for g in gemms)
+    out = [*header(s, None), "", table(headers, rows, "rrrllrrrl"), ""]
+    unit = "batch" if decode else "tokens through the GEMM (batch × prompt; the LM head: batch)"
+    out.append(f"GEMMs compute-bound from {unit}: {cross}")
+    if decode and step_batch is None:
+        out.append(
+            f"the decode step never turns compute-bound at context {s.context}: each sequence "
+            f"reads its own KV cache, so {render.pct(share)} of the time stays memory-bound "
+            "however large the batch"
+        )
+    elif decode:
+        out.append(
+            f"the decode step is compute-bound (under half its time memory-bound) from batch {step_batch}"
+        )
+    out += [f"note: {n}" for n in runs[0].notes]
+    return "\n".join(out)
+
+
+def models_table(models: Sequence[ModelConfig]) -> str:
+    """The built-in models, one row each."""
+    rows = [
+        [
+            m.name,
+            render.num(m.params() / GIGA),
+            m.layers,
+            m.hidden,
+            f"{m.heads}/{m.kv_heads}",
+            m.head_dim,
+            m.intermediate,
+            "gated" if m.gated else "plain",
+            m.vocab,
+            m.sliding_window or "—",
+        ]
+        for m in models
+    ]
+    headers = ["model", "params (B)", "layers", "hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab"]
+    return table([*headers, "window"], rows, "lrrrrrrlrr")

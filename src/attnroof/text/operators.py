@@ -1,0 +1,125 @@
+"""One operator or one question in words: unfused against fused at a shape, a linear layer and
+its batching crossover, the intensity sweep, the exact crossover, the score-matrix footprint."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from attnroof.analysis import Comparison, softmax_share
+from attnroof.devices import Device
+from attnroof.footprint import Footprint
+from attnroof.roofline import Placement, Roof
+from attnroof.solve import Crossover
+from attnroof.text import render
+from attnroof.text.render import table
+from attnroof.units import duration
+
+STAGE_HEADERS = ["stage", "FLOPs", "reads", "writes", "bytes"]
+
+
+def comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
+    u, f = cmp.unfused, cmp.fused
+    lines = [
+        title,
+        dev_line,
+        "",
+        f"FLOPs {render.flops(cmp.flops)} (softmax {render.pct(softmax_share(u.cost))})",
+        "",
+        table(
+            render.PLACEMENT_HEADERS,
+            [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)],
+        ),
+        "",
+        f"traffic unfused/fused: {render.num(cmp.traffic_ratio)}×   speedup ceiling from fusion: {render.num(cmp.speedup_ceiling)}×",
+        "",
+        "unfused stages:",
+        table(STAGE_HEADERS, render.stage_rows(u.cost), "lrllr"),
+        "",
+        "fused stages:",
+        table(STAGE_HEADERS, render.stage_rows(f.cost), "lrllr"),
+    ]
+    return "\n".join(lines)
+
+
+def linear_text(n: int, k: int, m: int, device: Device, roof: Roof, p: Placement, cross: Crossover) -> str:
+    lines = [
+        f"linear: {render.plural(n, 'token')} through a {k}×{m} weight",
+        render.device_line(device, roof),
+        "",
+        table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]),
+        "",
+    ]
+    if cross.never:
+        lines.append(
+            f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})"
+        )
+    else:
+        lines.append(
+            f"compute-bound from n = {render.plural(cross.s_min, 'token')} "
+            f"(n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
+        )
+    return "\n".join(lines)
+
+
+def sweep_text(d: int, causal: bool, device: Device, roof: Roof, rows: Sequence[Mapping[str, Any]]) -> str:
+    """The C4 table: intensity, verdict and time of both variants at each s."""
+    mask = " causal" if causal else ""
+    body = [
+        [
+            r["s"],
+            render.num(r["unfused"]["intensity"]),
+            render.num(r["fused"]["intensity"]),
+            r["unfused"]["verdict"],
+            r["fused"]["verdict"],
+            duration(r["unfused"]["time_s"]),
+            duration(r["fused"]["time_s"]),
+        ]
+        for r in rows
+    ]
+    headers = ["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"]
+    return "\n".join(
+        [
+            f"attention{mask} sweep, d={d}",
+            render.device_line(device, roof),
+            "",
+            table(headers, body, "rrrllrr"),
+        ]
+    )
+
+
+def crossover_text(d: int, causal: bool, device: Device, roof: Roof, res: Mapping[str, Crossover]) -> str:
+    """Each variant's intensity, the inequality it must meet, and where (or that never) it does."""
+    mask = " causal" if causal else ""
+    lines = [f"where attention{mask} (d={d}) reaches the ridge", render.device_line(device, roof)]
+    for label, c in res.items():
+        lines.append("")
+        limit = c.limit_exact if c.limit_intensity is not None else "∞ (unbounded)"
+        lines.append(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {limit}")
+        lines.append(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
+        if c.never:
+            lines.append(
+                "  never: no positive s reaches the ridge; I stays below its supremum "
+                f"{render.num(c.limit_intensity)} FLOP/byte"
+            )
+        else:
+            lines.append(
+                f"  compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})"
+            )
+    return "\n".join(lines)
+
+
+def footprint_text(s: int, dtype: str, device: str, fp: Footprint) -> str:
+    lines = [
+        f"score matrix ({dtype}) at s={s}: {render.nbytes(fp.bytes_per_head)} per head",
+        f"× batch {fp.batch} × heads {fp.heads} × layers {fp.layers} = {render.nbytes(fp.bytes)}",
+    ]
+    if fp.capacity_bytes is None:
+        lines.append(f"{device} has no capacity in the catalog; pass --capacity to compare")
+    else:
+        verdict = "fits" if fp.fits else "does NOT fit"
+        lines.append(
+            f"{render.pct(fp.fraction_of_capacity)} of {device}'s {render.nbytes(fp.capacity_bytes)}: {verdict}"
+        )
+        lines.append(f"largest s whose scores fit: {fp.s_max_fits}")
+    return "\n".join(lines)
