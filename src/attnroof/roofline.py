@@ -48,6 +48,14 @@ class Roof:
         """FLOP/byte: P / B."""
         return self.peak_flops_per_s / self.bandwidth_bytes_per_s
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dtype": self.dtype,
+            "peak_flops_per_s": self.peak_flops_per_s,
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "ridge": self.ridge,
+        }
+
     def attainable(self, intensity: Num) -> Num:
         """FLOP/s: min(P, I·B)."""
         return arrays.minimum(self.peak_flops_per_s, intensity * self.bandwidth_bytes_per_s)

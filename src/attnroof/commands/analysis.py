@@ -66,24 +66,31 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     add_json_arg(p)
 
 
-def _attention_run(args: argparse.Namespace) -> int:
+def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -> int:
+    """Unfused against fused for ``formula`` (the operator table's attention or decode) at the
+    shape and heads the flags give, as JSON or as text under ``title``."""
     dev, dt, roof = roof_from_args(args)
     kw = dict(
-        causal=args.causal,
         group=args.group,
         itemsize=dt.itemsize,
         softmax_flops_per_element=args.softmax_flops,
         batch=args.batch,
         kv_heads=resolve_heads(args),
+        **extra,
     )
-    cmp = Comparison.of(attention(args.s, args.d, **kw), attention(args.s, args.d, fused=True, **kw), roof)
+    cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
     if args.json:
         emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
-        return 0
-    mask = " causal" if args.causal else ""
-    title = f"attention forward{mask}: s={args.s} d={args.d} batch={args.batch} heads={args.heads} group={args.group}"
-    print(comparison_text(title, cmp, render.device_line(dev, roof)))
+    else:
+        heads = f"batch={args.batch} heads={args.heads} group={args.group}"
+        print(comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof)))
     return 0
+
+
+def _attention_run(args: argparse.Namespace) -> int:
+    mask = " causal" if args.causal else ""
+    title = f"attention forward{mask}: s={args.s} d={args.d}"
+    return _compare(args, attention, title, causal=args.causal)
 
 
 def _shape_json(args: argparse.Namespace) -> dict[str, object]:
@@ -106,21 +113,8 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
 
 
 def _decode_run(args: argparse.Namespace) -> int:
-    dev, dt, roof = roof_from_args(args)
-    kw = dict(
-        group=args.group,
-        itemsize=dt.itemsize,
-        softmax_flops_per_element=args.softmax_flops,
-        batch=args.batch,
-        kv_heads=resolve_heads(args),
-    )
-    cmp = Comparison.of(decode(args.s, args.d, **kw), decode(args.s, args.d, fused=True, **kw), roof)
-    if args.json:
-        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
-        return 0
-    title = f"decode: one token against a KV cache of {args.s}, d={args.d} batch={args.batch} heads={args.heads} group={args.group}"
-    print(comparison_text(title, cmp, render.device_line(dev, roof)))
-    return 0
+    title = f"decode: one token against a KV cache of {args.s}, d={args.d}"
+    return _compare(args, decode, title)
 
 
 # ---------------------------------------------------------------- linear

@@ -161,8 +161,8 @@ def _plot_run(args: argparse.Namespace) -> int:
                 "output": str(path),
                 "device": dev.name,
                 "dtypes": [dt.name for dt in dts],
-                "roofs": [_roof_json(r) for r in inputs.roofs],
-                "ceilings": [_roof_json(r) for r in inputs.ceilings],
+                "roofs": [r.to_json() for r in inputs.roofs],
+                "ceilings": [r.to_json() for r in inputs.ceilings],
                 "trajectories": [t.to_json() for t in inputs.trajectories],
                 "measured_points": len(inputs.measured),
             }
@@ -180,15 +180,6 @@ def _note_roof_of_measured(args: argparse.Namespace, device: str) -> None:
             "--ceilings FILE.json (attnroof measure ceilings -o) for the roof they ran under",
             file=sys.stderr,
         )
-
-
-def _roof_json(roof: Any) -> dict[str, Any]:
-    return {
-        "dtype": roof.dtype,
-        "peak_flops_per_s": roof.peak_flops_per_s,
-        "bandwidth_bytes_per_s": roof.bandwidth_bytes_per_s,
-        "ridge": roof.ridge,
-    }
 
 
 # ---------------------------------------------------------------- report

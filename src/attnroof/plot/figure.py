@@ -14,10 +14,9 @@ from matplotlib.figure import Figure
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
-from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.plot.chart import draw_roofline
 from attnroof.plot.inputs import Measured, read_ceilings, read_measured
-from attnroof.plot.series import DEFAULT_N, DEFAULT_S, Trajectory, trajectories
+from attnroof.plot.series import TRAJECTORY_DEFAULTS, Trajectory, trajectories
 from attnroof.roofline import Roof
 
 
@@ -55,45 +54,31 @@ def chart_inputs(
     device: Device | str = "R",
     dtypes: str | DType | Sequence[str | DType] = "bf16",
     *,
-    d: int = 128,
-    s_values: Sequence[int] = DEFAULT_S,
-    attention: bool = True,
-    causal: bool = False,
-    decode: bool = False,
-    groups: Sequence[int] = (),
-    linear: tuple[int, int] | None = None,
-    n_values: Sequence[int] = DEFAULT_N,
     measured: Sequence[Measured] | str | Path | None = None,
     ceilings: Sequence[Roof] | str | Path | None = None,
-    softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
     title: str | None = None,
+    **operators: Any,
 ) -> ChartInputs:
-    """The roofs, trajectories, measured points and ceilings of :func:`roofline_figure`."""
+    """The roofs, trajectories, measured points and ceilings of :func:`roofline_figure`.
+    ``operators`` are :func:`attnroof.plot.series.trajectories`' keywords (d, s_values,
+    attention, causal, decode, groups, linear, n_values, softmax_flops_per_element), with its
+    defaults; the operators run in the first dtype."""
     dev = get_device(device) if isinstance(device, str) else device
     dts = _as_dtypes(dtypes)
     roofs = [Roof.of(dev, dt) for dt in dts]
-    trajs = trajectories(
-        roofs[0],
-        d=d,
-        s_values=s_values,
-        attention=attention,
-        causal=causal,
-        decode=decode,
-        groups=groups,
-        linear=linear,
-        n_values=n_values,
-        itemsize=dts[0].itemsize,
-        softmax_flops_per_element=softmax_flops_per_element,
-    )
+    if "itemsize" in operators:
+        raise InputError("the operators' element size is the first dtype's; pass dtypes, not itemsize")
+    trajs = trajectories(roofs[0], itemsize=dts[0].itemsize, **operators)
     meas = read_measured(measured) if isinstance(measured, str | Path) else list(measured or ())
     ceil = read_ceilings(ceilings) if isinstance(ceilings, str | Path) else list(ceilings or ())
     wanted = {dt.name for dt in dts}
     ceil = [r for r in ceil if r.dtype in wanted]
     if title is None:
+        opts = {**TRAJECTORY_DEFAULTS, **operators}
         names = ", ".join(dt.name for dt in dts)
-        what = [f"attention d={d}"] if attention else []
-        what += ["decode"] if decode or groups else []
-        what += [f"linear {linear[0]}×{linear[1]}"] if linear else []
+        what = [f"attention d={opts['d']}"] if opts["attention"] else []
+        what += ["decode"] if opts["decode"] or opts["groups"] else []
+        what += [f"linear {opts['linear'][0]}×{opts['linear'][1]}"] if opts["linear"] else []
         extra = f"; operators in {dts[0].name}" if len(dts) > 1 else ""
         title = f"{dev.name} roofline ({names}): {', '.join(what) or 'roofs'}{extra}"
     return ChartInputs(dev, roofs, trajs, meas, ceil, title)

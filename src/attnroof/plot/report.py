@@ -10,11 +10,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from attnroof import __version__, outfile, validate
+from attnroof import __version__, outfile
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
-from attnroof.errors import AttnroofError, InputError
-from attnroof.ops import SOFTMAX_FLOPS_PER_ELEMENT
+from attnroof.errors import InputError
 from attnroof.plot.chart import draw_roofline, mark_shape
 from attnroof.plot.files import figure_svg
 from attnroof.plot.inputs import (
@@ -28,7 +27,6 @@ from attnroof.plot.inputs import (
 from attnroof.plot.markdown import to_html
 from attnroof.plot.series import DEFAULT_N, DEFAULT_S, trajectories
 from attnroof.roofline import Roof
-from attnroof.sheet import SHAPE_DEFAULTS
 from attnroof.text import render
 from attnroof.units import duration
 
@@ -126,42 +124,26 @@ def report_html(
     device: Device | str = "R",
     dt: DType | str = "bf16",
     *,
-    s: int = SHAPE_DEFAULTS["s"],
-    d: int = SHAPE_DEFAULTS["d"],
-    batch: int = SHAPE_DEFAULTS["batch"],
-    heads: int = SHAPE_DEFAULTS["heads"],
-    layers: int = SHAPE_DEFAULTS["layers"],
-    group: int | None = None,
-    softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
     measured: Sequence[Measured] | str | Path | None = None,
     ceilings: Sequence[Roof] | str | Path | None = None,
     sheet: str | None = None,
+    **shape: Any,
 ) -> str:
-    """The report as one HTML document (a string). ``sheet`` is the worked analysis in Markdown;
-    by default :func:`attnroof.text.sheet.sheet_markdown` writes it for the same device and shape."""
+    """The report as one HTML document (a string) for ``device`` and the worked analysis's shape:
+    ``shape`` takes :func:`attnroof.sheet.build_sheet`'s keywords (s, d, batch, heads, layers,
+    group, softmax_flops_per_element; its defaults otherwise). ``sheet`` is the analysis in
+    Markdown; by default :func:`attnroof.text.sheet.render_sheet` writes it."""
+    from attnroof.sheet import build_sheet
+    from attnroof.text.sheet import render_sheet
+
     dev = get_device(device) if isinstance(device, str) else device
     dty = dtype(dt)
-    try:
-        from attnroof.sheet import default_group
-        from attnroof.text.sheet import sheet_markdown
-    except ImportError:
-        raise AttnroofError("this attnroof has no worked-analysis sheet (attnroof.sheet) to report") from None
-    if group is None:
-        group = default_group(heads)  # as the sheet chooses: 8 for 32 heads
-    validate.kv_heads(heads, group)
-    roof = Roof.of(dev, dty)
+    sh = build_sheet(dev, dty, **shape)  # checks the shape (group divides heads) before drawing
+    s, d, batch, heads, layers, group = sh.s, sh.d, sh.batch, sh.heads, sh.layers, sh.group
+    softmax_flops_per_element = sh.softmax_flops_per_element
+    roof = sh.roof
     if sheet is None:
-        sheet = sheet_markdown(
-            dev,
-            dty,
-            s=s,
-            d=d,
-            batch=batch,
-            heads=heads,
-            layers=layers,
-            group=group,
-            softmax_flops_per_element=softmax_flops_per_element,
-        )
+        sheet = render_sheet(sh)
     meas = read_measured(measured) if isinstance(measured, str | Path) else list(measured or ())
     ceil = read_ceilings(ceilings) if isinstance(ceilings, str | Path) else list(ceilings or ())
     ceil = [r for r in ceil if r.dtype == dty.name]

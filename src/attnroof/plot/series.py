@@ -8,6 +8,7 @@ re-derived: intensities are ``Cost.intensity`` of :func:`attnroof.attention`, :f
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,15 @@ def trajectories(
     if linear is not None:
         out.append(linear_trajectory(roof, *linear, n_values, itemsize=itemsize))
     return out
+
+
+TRAJECTORY_DEFAULTS = {
+    name: param.default
+    for name, param in inspect.signature(trajectories).parameters.items()
+    if param.default is not inspect.Parameter.empty
+}
+""":func:`trajectories`' keyword defaults, read from its signature (the one place they are
+written), for callers that describe a chart before drawing it."""
 
 
 def roof_polyline(roof: Roof, x_lo: float, x_hi: float) -> tuple[np.ndarray, np.ndarray]:
