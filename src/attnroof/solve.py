@@ -132,36 +132,22 @@ def crossover(
     solution_set = sp.solveset(reduced.subs(x, real) >= 0, real, sp.S.Reals)
     positive = sp.Intersection(solution_set, sp.Interval.open(0, sp.oo))
 
-    s_min = _smallest_integer(positive)
-    if s_min is None:
-        return Crossover(
-            variable=variable,
-            ridge=float(ridge),
-            ridge_exact=fraction_text(ridge),
-            s_min=None,
-            threshold=None,
-            exact=None,
-            never=True,
-            limit_intensity=_finite(sup),
-            limit_exact=fraction_text(sup),
-            intensity_expr=str(intensity),
-            inequality=inequality,
-            solution=_set_text(solution_set, real),
-        )
-    threshold = sp.Min(*[iv.inf for iv in _intervals(positive)])
-    return Crossover(
+    common: dict[str, Any] = dict(
         variable=variable,
         ridge=float(ridge),
         ridge_exact=fraction_text(ridge),
-        s_min=s_min,
-        threshold=float(threshold),
-        exact=fraction_text(threshold),
-        never=False,
         limit_intensity=_finite(sup),
         limit_exact=fraction_text(sup),
         intensity_expr=str(intensity),
         inequality=inequality,
         solution=_set_text(solution_set, real),
+    )
+    s_min = _smallest_integer(positive)
+    if s_min is None:
+        return Crossover(s_min=None, threshold=None, exact=None, never=True, **common)
+    threshold = sp.Min(*[iv.inf for iv in _intervals(positive)])
+    return Crossover(
+        s_min=s_min, threshold=float(threshold), exact=fraction_text(threshold), never=False, **common
     )
 
 
