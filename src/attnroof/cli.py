@@ -70,8 +70,8 @@ def build_parser(command: str | None = None) -> Parser:
         names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
     modules = [importlib.import_module(f"attnroof.commands.{name}") for name in names]
     commands = [c for mod in modules for c in getattr(mod, "COMMANDS", ())]
-    for command in sorted(commands, key=lambda c: c.order):
-        command.register(sub)
+    for each in sorted(commands, key=lambda c: c.order):
+        each.register(sub)
     return parser
 
 

@@ -50,7 +50,7 @@ def linear_text(n: int, k: int, m: int, device: Device, roof: Roof, p: Placement
         table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]),
         "",
     ]
-    if cross.never:
+    if cross.never or cross.s_min is None:
         lines.append(
             f"no token count reaches the ridge (intensity tends to {render.num(cross.limit_intensity)})"
         )

@@ -364,7 +364,7 @@ def _variants_lines(sh: Sheet) -> list[str]:
         )
     else:
         out.append(
-            f"The projection turns compute-bound from **n = {render.plural(lc.s_min, 'token')}** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
+            f"The projection turns compute-bound from **n = {render.plural(lc.s_min or 0, 'token')}** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
             "GQA amortises K/V over query heads; batching amortises weights over sequences."
         )
     return out
