@@ -27,6 +27,8 @@ def test_every_formula_is_registered_once():
         "activation",
         "copy",
         "embedding",
+        "experts",
+        "latent attention",
     }
     assert set(operators.OPERATORS) == cost_formulas
     with pytest.raises(ValueError, match="already registered"):
@@ -35,8 +37,8 @@ def test_every_formula_is_registered_once():
 
 def test_kinds_group_operators_for_calibration_and_reports():
     kinds = {name: op.kind for name, op in operators.OPERATORS.items()}
-    assert kinds["linear"] == "gemm"
-    assert kinds["attention"] == kinds["decode"] == "attention"
+    assert kinds["linear"] == kinds["experts"] == "gemm"
+    assert kinds["attention"] == kinds["decode"] == kinds["latent attention"] == "attention"
     assert {kinds[n] for n in ("softmax", "norm", "add", "activation", "copy", "embedding")} == {"memory"}
 
 

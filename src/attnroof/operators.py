@@ -17,7 +17,7 @@ operator costs. An entry has three slots:
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
     >>> sorted(OPERATORS)
-    ['activation', 'add', 'attention', 'copy', 'decode', 'embedding', 'linear', 'norm', 'softmax']
+    ['activation', 'add', 'attention', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'norm', 'softmax']
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from attnroof.cost import Cost
 from attnroof.errors import InputError
 from attnroof.ops import attention, decode, linear
 from attnroof.ops.elementwise import activation, add, copy, embedding, norm
+from attnroof.ops.experts import expert_gemm
+from attnroof.ops.latent import latent_attention
 from attnroof.ops.softmax import softmax
 
 GEMM, ATTENTION, MEMORY_PASS = "gemm", "attention", "memory"
@@ -94,3 +96,5 @@ register("add", add, kind=MEMORY_PASS)
 register("activation", activation, kind=MEMORY_PASS)
 register("embedding", embedding, kind=MEMORY_PASS)
 register("copy", copy, kind=MEMORY_PASS)
+register("experts", expert_gemm, kind=GEMM)
+register("latent attention", latent_attention, kind=ATTENTION)

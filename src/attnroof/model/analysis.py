@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import DECODE, PREFILL, Op, Precision, layer_table, model_ops
+from attnroof.model.costs import Op, model_ops
+from attnroof.model.layers import DECODE, PREFILL, Precision, layer_table
 from attnroof.model.memory import Memory, memory
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof, place
@@ -34,6 +35,9 @@ class OpResult:
     memory_time_s: float
     """The part of ``time_s`` spent in memory-limited kernels."""
     attention: bool
+    layer_kind: str = "layer"
+    operator: str = ""
+    """The operator table's name for it (``linear``, ``experts``, ``attention``, ...)."""
 
     @property
     def intensity(self) -> float:
@@ -53,6 +57,8 @@ class OpResult:
             "time_s": self.time_s,
             "limiter": self.limiter,
             "total_time_s": self.count * self.time_s,
+            "layer_kind": self.layer_kind,
+            "operator": self.operator,
         }
 
 
@@ -64,7 +70,9 @@ def place_op(op: Op, roof: Roof) -> OpResult:
         time += p.time_s
         mem_time += p.time_s if p.limiter == MEMORY else 0.0
     flops, nbytes = float(op.cost.flops), float(op.cost.bytes)
-    return OpResult(op.name, op.count, flops, nbytes, time, mem_time, op.attention)
+    return OpResult(
+        op.name, op.count, flops, nbytes, time, mem_time, op.attention, op.layer_kind, op.operator
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from attnroof.errors import InputError, loads_strict, read_json
-from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str
-from attnroof.model.unmodelled import sliding_window, unmodelled
+from attnroof.model.architectures import Experts, Latent, layer_windows, moe_layers, read_experts, read_latent
+from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str, show
+from attnroof.model.unmodelled import unmodelled
 
 
 class UnknownModel(InputError, LookupError):
@@ -46,8 +47,21 @@ class UnknownModel(InputError, LookupError):
 
 CONFIGS = Path(__file__).with_name("configs")
 """The packaged model configs (``model/configs/NAME.json``)."""
-GATED_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"})
-"""Model types whose MLP is gated (SwiGLU/GeGLU): gate and up projections, then down."""
+GATED_MODEL_TYPES = frozenset(
+    {
+        "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
+        "qwen2_moe", "qwen3_moe", "olmoe", "phimoe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+    }
+)  # fmt: skip
+"""Model types whose MLP (and experts) are gated (SwiGLU/GeGLU): gate and up projections, then down."""
+TIED_MODEL_TYPES = frozenset({"gpt2", "gemma", "gemma2", "gemma3", "gemma3_text"})
+"""Model types whose config class ties the LM head to the embedding unless told otherwise."""
+FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
+"""Gemma 2/3 normalise before and after both attention and MLP: four norms per layer, not two."""
+QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+"""Families with QK-norm: an RMSNorm over each query and key head (a head_dim scale each)."""
+SINK_TYPES = frozenset({"gpt_oss"})
+"""Families with attention sinks: one learned logit per head that every query also attends to."""
 GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
 """Without a known model type, a SiLU activation means a gated MLP (every SiLU LLM uses SwiGLU)."""
 GPT2_INNER_FACTOR = 4
@@ -83,7 +97,22 @@ class ModelConfig:
     learned_positions: int = 0
     """Rows of a learned position-embedding table (GPT-2: 1024); 0 for rotary models."""
     sliding_window: int | None = None
+    """The window of the windowed layers (all of them, or those ``windows`` marks)."""
     max_positions: int | None = None
+    windows: tuple[int | None, ...] = ()
+    """Each layer's window (None: global); empty means ``sliding_window`` on every layer."""
+    experts: Experts | None = None
+    moe_layers: tuple[bool, ...] = ()
+    """Which layers' MLP is the mixture of experts (empty: none)."""
+    latent: Latent | None = None
+    activation: str = "silu"
+    """The MLP's activation function: "silu" (SwiGLU) or "gelu" (GeGLU, GPT-2's GELU)."""
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+    sinks: bool = False
+    attn_softcap: float | None = None
+    """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
+    final_softcap: float | None = None
 
     @property
     def group(self) -> int:
@@ -97,6 +126,25 @@ class ModelConfig:
     @property
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window (None: global attention)."""
+        return self.windows or (self.sliding_window,) * self.layers
+
+    def layer_is_moe(self) -> tuple[bool, ...]:
+        return self.moe_layers or (False,) * self.layers
+
+    def active_params(self, *, embedding: bool = True) -> int:
+        """Parameters one token runs through: every dense weight, ``top_k`` routed experts and
+        the shared ones; ``embedding=False`` leaves out the input embedding (gpt-oss's convention),
+        which a token only gathers one row of.
+
+        >>> builtin("llama-3.1-8b").active_params() == builtin("llama-3.1-8b").params()
+        True
+        """
+        from attnroof.model.layers import active_params
+
+        return active_params(self, embedding=embedding)
 
     def params(self) -> int:
         """All parameters, summed over the layer table (:mod:`attnroof.model.layers`).
@@ -135,7 +183,31 @@ class ModelConfig:
             "sliding_window": self.sliding_window,
             "max_positions": self.max_positions,
             "params": self.params(),
+            **self._architecture_json(),
         }
+
+    def _architecture_json(self) -> dict[str, Any]:
+        """What a dense Llama-style config lacks: only the keys that apply (so a dense model's
+        JSON reads as before, with its active parameters)."""
+        out: dict[str, Any] = {
+            "active_params": self.active_params(),
+            "active_params_excluding_embedding": self.active_params(embedding=False),
+            "activation": self.activation,
+        }
+        if self.experts is not None:
+            out["experts"] = {**self.experts.to_json(), "moe_layers": sum(self.layer_is_moe())}
+        if self.latent is not None:
+            out["latent_attention"] = self.latent.to_json()
+        if self.windows and len(set(self.windows)) > 1:
+            out["windowed_layers"] = sum(w is not None for w in self.windows)
+        for key, on in (("qk_norm", self.qk_norm), ("attention_sinks", self.sinks)):
+            if on:
+                out[key] = True
+        if self.attn_softcap is not None:
+            out["attention_logit_softcap"] = self.attn_softcap
+        if self.final_softcap is not None:
+            out["final_logit_softcap"] = self.final_softcap
+        return out
 
 
 # ---------------------------------------------------------------- parsing
@@ -189,19 +261,22 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         gated, norm, tied = False, "layer", read_bool(cfg, "tie_word_embeddings", where, True)
         qkv_bias = o_bias = mlp_bias = True
         learned = max_positions or 0
+        act = "gelu"
     else:
         intermediate = read_int(cfg, k["inner"], where)
         act = (read_str(cfg, "hidden_act", where) or read_str(cfg, "hidden_activation", where)).lower()
         gated = model_type in GATED_MODEL_TYPES or (not model_type and act in GATED_ACTIVATIONS)
         norm = "rms" if "rms_norm_eps" in cfg else "layer"
-        tied = read_bool(cfg, "tie_word_embeddings", where, False)
+        tied = read_bool(cfg, "tie_word_embeddings", where, model_type in TIED_MODEL_TYPES)
         bias = read_bool(cfg, "attention_bias", where, False)
         qwen2 = model_type == "qwen2"  # Qwen2 has q/k/v biases and none on o_proj, whatever the config says
         qkv_bias, o_bias = (True, False) if qwen2 else (bias, bias)
         mlp_bias = read_bool(cfg, "mlp_bias", where, False)
         learned = 0
     gated = read_bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
-    sliding = sliding_window(cfg, where, layers)
+    windows = layer_windows(cfg, where, layers, model_type)
+    experts = read_experts(cfg, where, model_type, intermediate)
+    sliding = max((w for w in windows if w is not None), default=None)
     return ModelConfig(
         name=name or model_type or "model",
         hidden=hidden,
@@ -220,7 +295,26 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         learned_positions=learned,
         sliding_window=sliding,
         max_positions=max_positions,
+        windows=windows if len(set(windows)) > 1 else (),
+        experts=experts,
+        moe_layers=moe_layers(cfg, where, layers, experts) if experts else (),
+        latent=read_latent(cfg, where),
+        activation="gelu" if act.startswith("gelu") else "silu",
+        norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,
+        qk_norm=model_type in QK_NORM_TYPES,
+        sinks=model_type in SINK_TYPES,
+        attn_softcap=_softcap(cfg, "attn_logit_softcapping", where),
+        final_softcap=_softcap(cfg, "final_logit_softcapping", where),
     )
+
+
+def _softcap(cfg: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ModelConfigError(f"{where}: {key} = {show(value)} is not a positive number")
+    return float(value)
 
 
 def _json_type(value: Any) -> str:

@@ -20,8 +20,9 @@ contexts ~1e7); a tensor dimension beyond the int32 range is not a model but a c
 hostile file, and a bound keeps every product exact and printable."""
 
 
-def read_int(cfg: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
-    """A positive integer field; ``default`` when absent or null (missing and required: error)."""
+def read_int(cfg: Mapping[str, Any], key: str, where: str, default: Any = ..., *, zero: bool = False) -> Any:
+    """A positive integer field (``zero``: or 0, for counts such as shared experts); ``default``
+    when absent or null (missing and required: error)."""
     value = cfg.get(key)
     if value is None:
         if default is ...:
@@ -33,8 +34,10 @@ def read_int(cfg: Mapping[str, Any], key: str, where: str, default: Any = ...) -
         or (isinstance(value, float) and (not math.isfinite(value) or value != int(value)))
     ):
         raise ModelConfigError(f"{where}: {key} = {show(value)} is not an integer")
-    if value <= 0:
-        raise ModelConfigError(f"{where}: {key} = {show(value)} must be positive")
+    if value < 0 or (value == 0 and not zero):
+        raise ModelConfigError(
+            f"{where}: {key} = {show(value)} must be {'0 or more' if zero else 'positive'}"
+        )
     if value > MAX_CONFIG_INT:
         raise ModelConfigError(
             f"{where}: {key} = {show(value)} is absurdly large for a model (above {MAX_CONFIG_INT:,})"

@@ -14,7 +14,8 @@ from typing import Any
 
 from attnroof import arrays
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import DECODE, Precision, model_ops, params
+from attnroof.model.costs import model_ops
+from attnroof.model.layers import DECODE, Precision, params
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_sequence
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import MEMORY, Roof, place

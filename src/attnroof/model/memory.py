@@ -23,7 +23,8 @@ from attnroof import arrays
 from attnroof.cost import Num
 from attnroof.footprint import score_matrix_bytes
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params, params_read
+from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params
+from attnroof.ops.experts import UNIFORM, touched_experts
 
 MAX_SEARCH_CONTEXT = 2**40
 """Contexts searched for the largest that fits; beyond it (only with a sliding window and fused
@@ -38,6 +39,28 @@ def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float) -> float:
     131072
     """
     return sum(i.count * i.kv_elements_per_token for i in layer_table(model)) * kv_itemsize
+
+
+def weights_read(model: ModelConfig, phase: str, batch: Num, context: Num, routing: str = UNIFORM) -> Num:
+    """Parameters one step reads: every weight it streams whole, and of each mixture of experts
+    only the experts its tokens touch (:func:`attnroof.ops.experts.touched_experts`).
+
+    >>> from attnroof.model.config import builtin
+    >>> m = builtin("mixtral-8x7b")
+    >>> weights_read(m, "decode", 1, 4096) < m.params() / 3      # 2 of 8 experts at batch 1
+    True
+    """
+    tokens = Step(phase, batch, context).tokens()
+    total: Num = 0
+    for i in layer_table(model):
+        if i.operator == "experts":
+            each = i.params_read // i.shape["experts"]
+            total = total + i.count * each * touched_experts(
+                tokens, i.shape["experts"], i.shape["top_k"], routing
+            )
+        else:
+            total = total + i.count * i.params_read
+    return total
 
 
 def kv_cache_bytes_per_sequence(model: ModelConfig, context: Num, kv_itemsize: float) -> Num:
@@ -150,7 +173,7 @@ def memory(
         max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
     return Memory(
         weights_bytes=weights,
-        weights_read_bytes=params_read(model) * prec.weight_itemsize,
+        weights_read_bytes=weights_read(model, phase, batch, context) * prec.weight_itemsize,
         kv_cache_bytes_per_token=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,

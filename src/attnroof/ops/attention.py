@@ -14,15 +14,20 @@ Unfused (three kernels, the score matrix goes through off-chip memory twice)::
 Fused (one kernel; S and P live on chip tile by tile and never land)::
 
     attention  reads Q, K, V  writes O
+
+Values may be narrower than queries and keys (``d_v``; DeepSeek's latent attention: d = 192 for
+Q·Kᵀ, d_v = 128 for P·V). A sliding ``window`` of w keys (causal prefill) keeps only the band of
+the score matrix within w of the diagonal: ½s² − ½(s − w)² scores for s > w, all ½s² otherwise.
 """
 
 from __future__ import annotations
 
 import numbers
 
-from attnroof import validate
+from attnroof import arrays, validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
+from attnroof.errors import InputError
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT, softmax_flops
 
@@ -70,6 +75,20 @@ def _kept(scores: Num, causal: bool) -> Num:
     return causal_half(scores) if causal else scores
 
 
+def causal_band(s: Num, window: Num) -> Num:
+    """Scores of causal attention over ``s`` tokens where each query sees at most ``window``
+    keys: the causal triangle less the triangle beyond the window, each counted by
+    :func:`causal_half` (so whole for integers, and all ½s² when s ≤ w).
+
+    >>> causal_band(8192, 4096), causal_half(8192 * 8192) - causal_half(4096 * 4096)
+    (25165824, 25165824)
+    >>> causal_band(100, 4096) == causal_half(100 * 100)
+    True
+    """
+    beyond = arrays.maximum(s - window, 0)
+    return causal_half(s * s) - causal_half(beyond * beyond)
+
+
 def _check(
     s: Num,
     d: Num,
@@ -88,6 +107,15 @@ def _check(
     validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
 
 
+def _check_widths(d_v: Num | None, window: Num | None, causal: bool) -> None:
+    if d_v is not None:
+        validate.size("d_v", d_v)
+    if window is not None:
+        validate.size("window", window)
+        if not causal:
+            raise InputError("a sliding window applies to causal attention", param="window")
+
+
 def _attention(
     s_q: Num,
     s_kv: Num,
@@ -100,18 +128,24 @@ def _attention(
     kv_itemsize: Num,
     softmax_flops_per_element: Num,
     mask_pass: bool = False,
+    d_v: Num | None = None,
+    window: Num | None = None,
 ) -> Cost:
     """One KV head and its ``group`` query heads."""
     skip = causal and not mask_pass  # causal tiles skipped, or every score computed then masked
-    scores = group * _kept(s_q * s_kv, skip)  # elements of S (and of P) per KV head, whole
+    if window is not None and skip:  # the band within the window of the diagonal (prefill)
+        scores = group * causal_band(s_kv, window)
+    else:
+        scores = group * _kept(s_q * s_kv, skip)  # elements of S (and of P) per KV head, whole
+    dv = d if d_v is None else d_v
     qk_flops = scores * matmul_flops(1, d, 1)  # each score: a (1×d)·(d×1) dot product
-    pv_flops = scores * matmul_flops(1, 1, d)  # each kept score weights one d-vector of V
+    pv_flops = scores * matmul_flops(1, 1, dv)  # each kept score weights one d_v-vector of V
     sm_flops = softmax_flops(scores, softmax_flops_per_element)
 
     q = Access("Q", group * s_q * d * itemsize)
     k = Access("K", s_kv * d * kv_itemsize)
-    v = Access("V", s_kv * d * kv_itemsize)
-    o = Access("O", group * s_q * d * itemsize)
+    v = Access("V", s_kv * dv * kv_itemsize)
+    o = Access("O", group * s_q * dv * itemsize)
     if fused:
         return Cost((Stage(FUSED, qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
     s = scores * itemsize
@@ -142,6 +176,8 @@ def attention(
     batch: Num = 1,
     kv_heads: Num = 1,
     mask_pass: bool = False,
+    d_v: Num | None = None,
+    window: Num | None = None,
 ) -> Cost:
     """Attention forward over a sequence of length ``s`` (prefill), head dimension ``d``.
 
@@ -151,7 +187,9 @@ def attention(
 
     ``causal`` follows the convention of skipped tiles (half the scores). ``mask_pass=True``
     models eager PyTorch instead: every score is computed, then a separate pass masks S (one
-    more read and write of S, and a read of the boolean mask, in the unfused form).
+    more read and write of S, and a read of the boolean mask, in the unfused form). ``d_v``
+    (default ``d``) is the width of V and O; a ``window`` (causal only) keeps each query's last
+    ``window`` keys.
 
     >>> attention(8192, 128).flops          # s²(4d + 5), part A2
     34695282688
@@ -163,6 +201,7 @@ def attention(
     517
     """
     _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
+    _check_widths(d_v, window, causal)
     one = _attention(
         s,
         s,
@@ -170,6 +209,8 @@ def attention(
         fused=fused,
         causal=causal,
         mask_pass=mask_pass,
+        d_v=d_v,
+        window=window,
         group=group,
         itemsize=itemsize,
         kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
@@ -189,6 +230,7 @@ def decode(
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
     batch: Num = 1,
     kv_heads: Num = 1,
+    d_v: Num | None = None,
 ) -> Cost:
     """One new query token per query head against a KV cache of length ``s`` (part F2, F3).
 
@@ -200,12 +242,14 @@ def decode(
     (4235264, 4260352)
     """
     _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
+    _check_widths(d_v, None, False)
     one = _attention(
         1,
         s,
         d,
         fused=fused,
         causal=False,
+        d_v=d_v,
         group=group,
         itemsize=itemsize,
         kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,

@@ -33,6 +33,9 @@ GELU_FLOPS_PER_ELEMENT = 8
 ·√(2/π), tanh, +1, ·0.5x — eight, with tanh counted as one."""
 
 
+ACTIVATION_FLOPS_PER_ELEMENT = {"silu": SILU_FLOPS_PER_ELEMENT, "gelu": GELU_FLOPS_PER_ELEMENT}
+
+
 def _one(name: str, flops: Num, reads: tuple[Access, ...], writes: tuple[Access, ...]) -> Cost:
     return Cost((Stage(name, flops, reads, writes),))
 
@@ -51,10 +54,13 @@ def norm(
     weight_itemsize: Num | None = None,
     kind: str = "rms",
     name: str = "norm",
+    scale_width: Num | None = None,
 ) -> Cost:
     """RMSNorm (``kind="rms"``) or LayerNorm (``"layer"``) of ``n`` tokens of width ``h``.
 
     Reads the activations and the scale (and LayerNorm's shift), writes the normalised tokens.
+    ``scale_width`` (default ``h``) is the scale's length when it is shared across the row, as in
+    QK-norm: one head_dim scale for every head of the row.
 
     >>> c = norm(1, 4096)                   # one token, Llama-3.1-8B width, bf16
     >>> c.flops, c.bytes                    # 4·4096 FLOPs; 2·(4096 + 4096 + 4096) bytes
@@ -63,10 +69,11 @@ def norm(
     validate.sizes(n=n, h=h)
     _itemsizes(itemsize=itemsize, weight_itemsize=weight_itemsize)
     w_item = itemsize if weight_itemsize is None else weight_itemsize
+    scale = h if scale_width is None else scale_width
     if kind == "rms":
-        per, params = RMSNORM_FLOPS_PER_ELEMENT, h
+        per, params = RMSNORM_FLOPS_PER_ELEMENT, scale
     elif kind == "layer":
-        per, params = LAYERNORM_FLOPS_PER_ELEMENT, 2 * h
+        per, params = LAYERNORM_FLOPS_PER_ELEMENT, 2 * scale
     else:
         raise ValueError(f"unknown norm kind {kind!r}; known: rms, layer")
     return _one(
@@ -94,23 +101,32 @@ def add(n: Num, h: Num, *, itemsize: Num = BF16_BYTES, name: str = "residual add
 
 
 def activation(
-    n: Num, width: Num, *, gated: bool, itemsize: Num = BF16_BYTES, name: str = "activation"
+    n: Num,
+    width: Num,
+    *,
+    gated: bool,
+    itemsize: Num = BF16_BYTES,
+    name: str = "activation",
+    function: str = "silu",
 ) -> Cost:
     """The MLP's activation on ``n`` tokens of ``width`` (the intermediate size).
 
-    Gated (SwiGLU, Llama/Mistral/Qwen): reads gate and up (2·width), writes silu(gate)·up.
-    Plain (GPT-2): reads width, writes GELU of it.
+    Gated: reads gate and up (2·width), writes act(gate)·up — SwiGLU with ``function="silu"``
+    (Llama, Mistral, Qwen), GeGLU with ``"gelu"`` (Gemma). Plain (GPT-2): reads width, writes
+    GELU of it.
 
     >>> activation(1, 14336, gated=True).flops      # (4 + 1) × 14336
     71680
     """
     validate.sizes(n=n, width=width)
     _itemsizes(itemsize=itemsize)
+    if function not in ACTIVATION_FLOPS_PER_ELEMENT:
+        raise ValueError(f"unknown activation {function!r}; known: {', '.join(ACTIVATION_FLOPS_PER_ELEMENT)}")
     if gated:
-        per = SILU_FLOPS_PER_ELEMENT + GATE_FLOPS_PER_ELEMENT
+        per = ACTIVATION_FLOPS_PER_ELEMENT[function] + GATE_FLOPS_PER_ELEMENT
         reads: tuple[Access, ...] = (Access("gate", n * width * itemsize), Access("up", n * width * itemsize))
     else:
-        per = GELU_FLOPS_PER_ELEMENT
+        per = ACTIVATION_FLOPS_PER_ELEMENT["gelu"]
         reads = (Access("X", n * width * itemsize),)
     return _one(name, per * n * width, reads, (Access("Y", n * width * itemsize),))
 

@@ -1,0 +1,191 @@
+"""What a config says beyond a dense Llama block: mixture-of-experts layers, multi-head latent
+attention, and which layers attend over a sliding window. Each is read the way ``transformers``
+reads it, field by field, and refused in one line when malformed.
+
+- **Experts** (Mixtral, Qwen2/3-MoE, OLMoE, PhiMoE, DeepSeek-V2/V3, gpt-oss): ``E`` routed experts
+  (``num_local_experts``, ``num_experts``, ``n_routed_experts``), ``top_k`` per token
+  (``num_experts_per_tok``, ``experts_per_token``), each a gated MLP of ``moe_intermediate_size``
+  (else ``intermediate_size``); shared experts (``n_shared_experts`` of that width, or one of
+  ``shared_expert_intermediate_size``); dense layers first (``first_k_dense_replace``) or listed
+  (``mlp_only_layers``, ``decoder_sparse_step``).
+- **Latent attention** (DeepSeek-V2/V3): ``kv_lora_rank``, ``q_lora_rank`` (null: a plain Q
+  projection), ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``.
+- **Windows**: ``layer_types`` when present; else Gemma-2's alternation (even layers local), a
+  ``sliding_window_pattern`` p (every p-th layer global: Gemma 3, Cohere 2), Qwen2's
+  ``max_window_layers`` (layers from it on are windowed), or one ``sliding_window`` on every layer
+  (Mistral, Phi-3), unless ``use_sliding_window`` is false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.model.fields import ModelConfigError, read_bool, read_int, show
+
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
+LATENT_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+GEMMA2_TYPES = frozenset({"gemma2"})
+"""Gemma 2 alternates without saying so: layer i is windowed when i is even (transformers'
+``Gemma2Config``)."""
+EXPERT_BIAS_TYPES = frozenset({"gpt_oss"})
+"""Families whose router and experts carry biases (gpt-oss)."""
+ROUTER_CORRECTION_TYPES = frozenset({"deepseek_v3"})
+"""DeepSeek-V3's router keeps a per-expert score-correction bias (``e_score_correction_bias``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Experts:
+    """The mixture-of-experts of a layer: ``experts`` gated MLPs of ``width``, ``top_k`` per token,
+    plus always-on shared experts of ``shared_width`` in all (0: none)."""
+
+    experts: int
+    top_k: int
+    width: int
+    shared_width: int = 0
+    bias: bool = False
+    router_bias: int = 0
+    """Router bias parameters per layer: E (gpt-oss's bias, DeepSeek-V3's score correction) or 0."""
+    shared_gate: bool = False
+    """Qwen2-MoE's sigmoid gate on the shared expert (a Linear(hidden, 1))."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "experts": self.experts,
+            "top_k": self.top_k,
+            "expert_width": self.width,
+            "shared_width": self.shared_width,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Latent:
+    """Multi-head latent attention's widths (DeepSeek-V2/V3)."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    @property
+    def cache_elements(self) -> int:
+        """Elements one token adds to a layer's cache: the latent and the shared rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kv_lora_rank": self.kv_lora_rank,
+            "q_lora_rank": self.q_lora_rank,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "qk_nope_head_dim": self.qk_nope_head_dim,
+            "v_head_dim": self.v_head_dim,
+        }
+
+
+def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], where: str) -> tuple[str, int] | None:
+    for key in keys:
+        value = read_int(cfg, key, where, None)
+        if value is not None:
+            return key, value
+    return None
+
+
+def read_experts(cfg: Mapping[str, Any], where: str, model_type: str, intermediate: int) -> Experts | None:
+    """The config's experts, or None for a dense model."""
+    count = _first(cfg, EXPERT_COUNT_KEYS, where)
+    if count is None:
+        return None
+    key, experts = count
+    top = _first(cfg, TOP_K_KEYS, where)
+    if top is None:
+        raise ModelConfigError(f"{where}: {key} = {experts} but no experts per token ({TOP_K_KEYS[0]})")
+    top_k = top[1]
+    if top_k > experts:
+        raise ModelConfigError(f"{where}: {top[0]} = {top_k} exceeds {key} = {experts}")
+    width = read_int(cfg, "moe_intermediate_size", where, intermediate)
+    shared = read_int(cfg, "n_shared_experts", where, 0, zero=True) * width
+    qwen_shared = read_int(cfg, "shared_expert_intermediate_size", where, 0, zero=True)
+    bias = model_type in EXPERT_BIAS_TYPES
+    return Experts(
+        experts=experts,
+        top_k=top_k,
+        width=width,
+        shared_width=shared + qwen_shared,
+        bias=bias,
+        router_bias=experts if bias or model_type in ROUTER_CORRECTION_TYPES else 0,
+        shared_gate=qwen_shared > 0,
+    )
+
+
+def moe_layers(cfg: Mapping[str, Any], where: str, layers: int, experts: Experts | None) -> tuple[bool, ...]:
+    """For each layer, whether its MLP is the mixture of experts (False: a dense MLP)."""
+    if experts is None:
+        return (False,) * layers
+    first_dense = read_int(cfg, "first_k_dense_replace", where, 0, zero=True)
+    step = read_int(cfg, "decoder_sparse_step", where, 1)
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise ModelConfigError(f"{where}: mlp_only_layers = {show(only)} is not a list of layer numbers")
+    freq = read_int(cfg, "moe_layer_freq", where, 1)
+    return tuple(
+        i >= first_dense and i not in only and (i + 1) % step == 0 and (i - first_dense) % freq == 0
+        for i in range(layers)
+    )
+
+
+def read_latent(cfg: Mapping[str, Any], where: str) -> Latent | None:
+    """Latent attention's widths, or None for ordinary attention."""
+    present = [k for k in LATENT_KEYS if cfg.get(k) is not None]
+    if not present:
+        return None
+    missing = [k for k in LATENT_KEYS if k not in present]
+    if missing:
+        raise ModelConfigError(f"{where}: latent attention needs {', '.join(missing)} beside {present[0]}")
+    return Latent(
+        kv_lora_rank=read_int(cfg, "kv_lora_rank", where),
+        qk_rope_head_dim=read_int(cfg, "qk_rope_head_dim", where),
+        qk_nope_head_dim=read_int(cfg, "qk_nope_head_dim", where),
+        v_head_dim=read_int(cfg, "v_head_dim", where),
+        q_lora_rank=read_int(cfg, "q_lora_rank", where, None),
+    )
+
+
+def layer_windows(cfg: Mapping[str, Any], where: str, layers: int, model_type: str) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: attends over the whole context).
+
+    >>> layer_windows({"sliding_window": 4096}, "c", 4, "gemma2")
+    (4096, None, 4096, None)
+    >>> layer_windows({"sliding_window": 512, "sliding_window_pattern": 3}, "c", 6, "gemma3")
+    (512, 512, None, 512, 512, None)
+    """
+    window = read_int(cfg, "sliding_window", where, None)  # checked even when unused
+    if not read_bool(cfg, "use_sliding_window", where, True):
+        return (None,) * layers  # Qwen2.5: a window is configured but switched off
+    kinds = cfg.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+            raise ModelConfigError(f"{where}: layer_types = {show(kinds)} is not a list of strings")
+        if len(kinds) != layers:
+            raise ModelConfigError(f"{where}: layer_types has {len(kinds)} entries for {layers} layers")
+        odd = sorted(set(kinds) - {SLIDING, FULL})
+        if odd:
+            raise ModelConfigError(f"{where}: layer_types: layers of kind {odd[0]!r} are not modelled")
+        if SLIDING in kinds and window is None:
+            raise ModelConfigError(f"{where}: layer_types has sliding_attention layers but no sliding_window")
+        return tuple(window if k == SLIDING else None for k in kinds)
+    if window is None:
+        return (None,) * layers
+    if model_type in GEMMA2_TYPES:
+        return tuple(window if i % 2 == 0 else None for i in range(layers))
+    pattern = read_int(cfg, "sliding_window_pattern", where, None)
+    if pattern is not None:
+        return tuple(window if (i + 1) % pattern else None for i in range(layers))
+    if "use_sliding_window" in cfg and "max_window_layers" in cfg:
+        first = read_int(cfg, "max_window_layers", where, 0, zero=True)
+        return tuple(window if i >= first else None for i in range(layers))
+    return (window,) * layers

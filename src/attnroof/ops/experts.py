@@ -1,0 +1,75 @@
+"""Mixture-of-experts: a router sends each token to ``top_k`` of ``experts`` feed-forward
+networks, so FLOPs follow the active experts while bytes follow the experts *touched*.
+
+With ``n`` tokens routed independently and uniformly, each expert is missed by a token with
+probability 1 − k/E, so the expected number of distinct experts a layer reads is
+
+    E_touched(n) = E · (1 − (1 − k/E)ⁿ)          k at n = 1, → E as n grows
+
+Each expert's GEMM then sees n·k / E_touched tokens: about one at small batches (every weight
+byte serves one token, intensity ≈ 1) and n·k/E once every expert is touched. A dense layer's
+GEMM sees all n tokens, so an expert GEMM needs E/k times the batch to reach the same intensity
+(Mixtral 8/2 = 4×, DeepSeek-V3 256/8 = 32×).
+
+One expert GEMM kernel (grouped over the touched experts)::
+
+    expert GEMM   reads X (n·k rows, gathered), W (E_touched weights)   writes Y (n·k rows)
+                  2·n·k·K·M FLOPs
+"""
+
+from __future__ import annotations
+
+from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.dtypes import BF16_BYTES
+from attnroof.errors import InputError
+from attnroof.ops.matmul import matmul_flops
+
+UNIFORM, ALL = "uniform", "all"
+ROUTINGS = (UNIFORM, ALL)
+"""How many experts a batch touches: ``uniform`` routing (the expectation above), or ``all``
+of them (an upper bound on bytes; what a kernel that streams every expert's weights reads)."""
+
+
+def touched_experts(tokens: Num, experts: Num, top_k: Num, routing: str = UNIFORM) -> Num:
+    """Expected distinct experts that ``tokens`` tokens routed to ``top_k`` of ``experts`` read.
+
+    >>> touched_experts(1, 8, 2), round(touched_experts(64, 8, 2), 3)   # Mixtral: 2, then all 8
+    (2.0, 8.0)
+    >>> round(touched_experts(8, 256, 8), 1)           # DeepSeek-V3 at batch 8: 57 of 256
+    57.4
+    """
+    if routing == ALL:
+        return experts
+    if routing != UNIFORM:
+        raise InputError(f"routing {routing!r}: known {', '.join(ROUTINGS)}", param="routing")
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+def expert_gemm(
+    tokens: Num,
+    k: Num,
+    m: Num,
+    *,
+    experts: Num,
+    top_k: Num,
+    routing: str = UNIFORM,
+    itemsize: Num = BF16_BYTES,
+    weight_itemsize: Num | None = None,
+    bias: bool = False,
+    name: str = "expert GEMM",
+) -> Cost:
+    """``tokens`` tokens, each through ``top_k`` experts' k × m weights (one grouped kernel).
+
+    >>> c = expert_gemm(1, 4096, 28672, experts=8, top_k=2)   # Mixtral gate/up, one token
+    >>> c.flops == 2 * 2 * 4096 * 28672, c.bytes == 2 * 2 * (4096 * 28672 + 4096 + 28672)
+    (True, True)
+    """
+    w_item = itemsize if weight_itemsize is None else weight_itemsize
+    routed = tokens * top_k  # token-expert pairs
+    touched = touched_experts(tokens, experts, top_k, routing)
+    reads = [Access("X", routed * k * itemsize), Access("W", touched * k * m * w_item)]
+    flops = matmul_flops(routed, k, m)
+    if bias:  # each expert's bias, added in the epilogue
+        reads.append(Access("bias", touched * m * w_item))
+        flops = flops + routed * m
+    return Cost((Stage(name, flops, tuple(reads), (Access("Y", routed * m * itemsize),)),))
