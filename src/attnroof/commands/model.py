@@ -21,6 +21,8 @@ from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.layers import Precision
+from attnroof.ops.experts import ROUTINGS, UNIFORM
+from attnroof.ops.latent import ABSORBED, MLA_FORMS
 from attnroof.roofline import Roof
 from attnroof.text.model import Setting, models_table, step_text, sweep_text
 
@@ -48,6 +50,19 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "--weight-dtype", metavar="DTYPE", help="dtype the weights are stored in (default: --dtype)"
     )
     p.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
+    p.add_argument(
+        "--routing",
+        choices=ROUTINGS,
+        default=UNIFORM,
+        help="experts a batch touches: 'uniform' routing (the expected number) or 'all' (default uniform)",
+    )
+    p.add_argument(
+        "--mla",
+        choices=MLA_FORMS,
+        default=ABSORBED,
+        help="latent attention at decode: 'absorbed' (one latent read for all heads) or 'naive' "
+        "(K and V decompressed per head, as transformers runs it) (default absorbed)",
+    )
     add_device_args(p)
     add_json_arg(p)
 
@@ -72,11 +87,16 @@ class _Job:
     def fused(self) -> bool:
         return not self.args.unfused
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """How experts are routed and latent attention decoded."""
+        return {"routing": self.args.routing, "latent_form": self.args.mla}
+
     def analyse(self, batch: int) -> ModelAnalysis:
         a = self.args
         return analyse(
             self.model, a.phase, batch, a.context, self.roof, self.prec,
-            capacity_bytes=self.device.capacity_bytes, fused=self.fused,
+            capacity_bytes=self.device.capacity_bytes, fused=self.fused, **self.options,
         )  # fmt: skip
 
     def json_head(self) -> dict[str, Any]:
@@ -89,6 +109,8 @@ class _Job:
             "weight_dtype": self.wdt.name,
             "kv_dtype": self.kdt.name,
             "fused": self.fused,
+            **({"routing": self.args.routing} if self.model.experts else {}),
+            **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
             "config": self.model.to_json(),
         }
@@ -133,11 +155,11 @@ def _sweep(job: _Job) -> int:
 
     decode = job.args.phase == "decode"
     runs = [job.analyse(b) for b in job.args.sweep_batch]
-    gemms = gemm_crossovers(job.model, job.roof, job.prec)
+    gemms = gemm_crossovers(job.model, job.roof, job.prec, job.args.routing)
     step_batch, share = None, 1.0
     if decode:
         step_batch, share = compute_bound_batch(
-            job.model, job.args.context, job.roof, job.prec, fused=job.fused
+            job.model, job.args.context, job.roof, job.prec, fused=job.fused, **job.options
         )
     if job.args.json:
         json_rows = [

@@ -17,8 +17,11 @@ from typing import Any
 
 from attnroof.model.config import ModelConfig
 from attnroof.model.costs import Op, model_ops
-from attnroof.model.layers import DECODE, PREFILL, Precision, layer_table
+from attnroof.model.layers import DECODE, PREFILL, Precision
 from attnroof.model.memory import Memory, memory
+from attnroof.model.notes import step_notes
+from attnroof.ops.experts import UNIFORM
+from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof, place
 
@@ -135,6 +138,8 @@ def analyse(
     capacity_bytes: float | None = None,
     fused: bool = True,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
+    routing: str = UNIFORM,
+    latent_form: str = ABSORBED,
 ) -> ModelAnalysis:
     """Place every operator of one ``phase`` step of ``model`` on ``roof`` and add them up.
 
@@ -148,8 +153,9 @@ def analyse(
     """
     p = prec or Precision()
     ops = model_ops(
-        model, phase, batch, context, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element
-    )
+        model, phase, batch, context, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element,
+        routing=routing, latent_form=latent_form,
+    )  # fmt: skip
     results = tuple(place_op(op, roof) for op in ops)
     time = sum(r.count * r.time_s for r in results)
     totals = Totals(
@@ -161,28 +167,6 @@ def analyse(
         tokens_per_s=batch / time if phase == DECODE else None,
         ttft_s=time if phase == PREFILL else None,
     )
-    mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused)
-    notes = _notes(model, phase, context, p)
+    mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused, routing=routing)
+    notes = step_notes(model, phase, batch, context, p, routing=routing, latent_form=latent_form)
     return ModelAnalysis(model, phase, batch, context, fused, roof, results, totals, mem, notes)
-
-
-def _notes(model: ModelConfig, phase: str, context: int, prec: Precision) -> tuple[str, ...]:
-    notes = []
-    if prec.weight_itemsize < prec.itemsize:
-        notes.append(
-            f"every parameter is counted at {prec.weight_itemsize:g} B, embedding and LM head included; "
-            "many low-precision checkpoints keep those two in 16 bits"
-        )
-    w = model.sliding_window
-    if w is not None and context > w:
-        if phase == DECODE:
-            kept = next(i for i in layer_table(model) if i.is_attention).cached_tokens(context)
-            notes.append(f"sliding window {w}: each new token reads the last {kept} tokens' K and V")
-        else:
-            notes.append(
-                f"sliding window {w}: prefill attention is counted over the whole causal prompt "
-                "(an upper bound; the core formula has no window)"
-            )
-    if model.max_positions is not None and context > model.max_positions:
-        notes.append(f"context {context} exceeds the model's {model.max_positions} positions")
-    return tuple(notes)

@@ -15,8 +15,9 @@ from typing import Any
 
 from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import DECODE, Precision, gemm_shapes
+from attnroof.model.layers import DECODE, Precision, gemm_shapes, layer_table
 from attnroof.operators import operator
+from attnroof.ops.experts import UNIFORM
 from attnroof.roofline import Roof
 
 MAX_BATCH_SEARCHED = 2**24
@@ -33,36 +34,82 @@ class GemmCrossover:
     m: int
     batch: int | None
     exact: str | None
+    dense_batch: int | None = None
+    """For an expert GEMM: the batch a dense GEMM of the same k × m needs (the E/k comparison)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "k": self.k, "m": self.m, "batch": self.batch, "exact": self.exact}
+        out = {"name": self.name, "k": self.k, "m": self.m, "batch": self.batch, "exact": self.exact}
+        if self.dense_batch is not None:
+            out["dense_batch"] = self.dense_batch
+        return out
 
 
-def gemm_crossovers(model: ModelConfig, roof: Roof, prec: Precision) -> list[GemmCrossover]:
+def gemm_crossovers(
+    model: ModelConfig, roof: Roof, prec: Precision, routing: str = UNIFORM
+) -> list[GemmCrossover]:
     """Per GEMM, the batch (tokens through it in decode) from which it is compute-bound, solved
-    exactly on the operator table's ``linear`` formula."""
+    exactly on the operator table's ``linear`` formula; then each expert GEMM's (by bisection)."""
+    out = [_dense(name, k, m, roof, prec) for name, k, m in gemm_shapes(model)]
+    return out + expert_crossovers(model, roof, prec, routing)
+
+
+def _dense(name: str, k: int, m: int, roof: Roof, prec: Precision) -> GemmCrossover:
     from attnroof.solve import affine_crossover
 
     gemm = operator("linear").forward
+
+    def cost(n: Any) -> Any:
+        return gemm(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize)
+
+    c = affine_crossover(cost, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
+    return GemmCrossover(name, k, m, None if c.s_min is None else int(c.s_min), c.exact)
+
+
+def expert_crossovers(
+    model: ModelConfig, roof: Roof, prec: Precision, routing: str = UNIFORM
+) -> list[GemmCrossover]:
+    """Per expert GEMM, the smallest decode batch at which it reaches the ridge. Its intensity,
+    2·n·k·K·M / (E_touched(n)·K·M·w + n·k·(K + M)·a), rises with n (E_touched is concave), so the
+    answer is found by bisection over whole batches; there is no closed form to print."""
     out = []
-    for name, k, m in gemm_shapes(model):
+    experts = operator("experts").forward
+    for row in layer_table(model):
+        if row.operator != "experts":
+            continue
+        shape = row.shape
 
-        def cost(n: Any, k: int = k, m: int = m) -> Any:
-            return gemm(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize)
+        def intensity(n: int, shape: Any = shape) -> float:
+            c = experts(
+                n, shape["k"], shape["m"], experts=shape["experts"], top_k=shape["top_k"], routing=routing,
+                itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize, bias=shape["bias"],
+            )  # fmt: skip
+            return float(c.intensity)
 
-        c = affine_crossover(cost, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
-        out.append(GemmCrossover(name, k, m, None if c.s_min is None else int(c.s_min), c.exact))
+        batch = _smallest(lambda n: intensity(n) >= roof.ridge)
+        dense = _dense(row.name, shape["k"], shape["m"], roof, prec).batch
+        out.append(GemmCrossover(row.name, shape["k"], shape["m"], batch, None, dense))
     return out
 
 
+def _smallest(ok: Any, limit: int = MAX_BATCH_SEARCHED) -> int | None:
+    """The smallest n in 1..limit with ``ok(n)``, for ``ok`` false then true; None if never."""
+    if not ok(limit):
+        return None
+    lo, hi = 0, limit  # ok(hi); not ok(lo) (n = 0 is never ok)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
 def compute_bound_batch(
-    model: ModelConfig, context: int, roof: Roof, prec: Precision, *, fused: bool = True
+    model: ModelConfig, context: int, roof: Roof, prec: Precision, *, fused: bool = True, **options: Any
 ) -> tuple[int | None, float]:
     """The smallest decode batch at which less than half of the step's time bound is spent in
     memory-limited kernels, or None; with the memory-bound share at the largest batch tried."""
 
     def share(b: int) -> float:
-        return step(model, b, context, roof, prec, fused=fused).totals.memory_bound_share
+        return step(model, b, context, roof, prec, fused=fused, **options).totals.memory_bound_share
 
     lo, hi = 0, 1
     while share(hi) >= 0.5:
@@ -76,6 +123,14 @@ def compute_bound_batch(
 
 
 def step(
-    model: ModelConfig, batch: int, context: int, roof: Roof, prec: Precision, *, fused: bool = True
+    model: ModelConfig,
+    batch: int,
+    context: int,
+    roof: Roof,
+    prec: Precision,
+    *,
+    fused: bool = True,
+    **options: Any,
 ) -> ModelAnalysis:
-    return analyse(model, DECODE, batch, context, roof, prec, fused=fused)
+    """The decode step at ``batch``; ``options`` are :func:`analyse`'s (routing, latent_form)."""
+    return analyse(model, DECODE, batch, context, roof, prec, fused=fused, **options)

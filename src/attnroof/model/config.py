@@ -113,6 +113,9 @@ class ModelConfig:
     attn_softcap: float | None = None
     """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
     final_softcap: float | None = None
+    stored_weights: str | None = None
+    """The checkpoint's own weight format when it is not the compute dtype (``quantization_config``:
+    DeepSeek-V3's fp8 blocks, gpt-oss's MXFP4 experts); analysed in ``--weight-dtype``, said in a note."""
 
     @property
     def group(self) -> int:
@@ -303,9 +306,16 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,
         qk_norm=model_type in QK_NORM_TYPES,
         sinks=model_type in SINK_TYPES,
+        stored_weights=_stored_weights(cfg),
         attn_softcap=_softcap(cfg, "attn_logit_softcapping", where),
         final_softcap=_softcap(cfg, "final_logit_softcapping", where),
     )
+
+
+def _stored_weights(cfg: Mapping[str, Any]) -> str | None:
+    q = cfg.get("quantization_config")
+    method = q.get("quant_method") if isinstance(q, Mapping) else None
+    return str(method) if isinstance(method, str) and method else None
 
 
 def _softcap(cfg: Mapping[str, Any], key: str, where: str) -> float | None:

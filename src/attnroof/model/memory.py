@@ -146,6 +146,7 @@ def memory(
     capacity_bytes: float | None,
     *,
     fused: bool = True,
+    routing: str = UNIFORM,
 ) -> Memory:
     """Weights, KV cache and activations of ``batch`` sequences at ``context`` tokens.
 
@@ -173,7 +174,7 @@ def memory(
         max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
     return Memory(
         weights_bytes=weights,
-        weights_read_bytes=weights_read(model, phase, batch, context) * prec.weight_itemsize,
+        weights_read_bytes=weights_read(model, phase, batch, context, routing) * prec.weight_itemsize,
         kv_cache_bytes_per_token=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,

@@ -34,13 +34,37 @@ class Setting:
     kdt: DType
 
 
+def architecture(m: ModelConfig) -> str:
+    """The shapes that decide the arithmetic, in one line."""
+    if m.latent is not None:
+        lat = m.latent
+        attn = f"{m.heads} heads of latent attention (cache {lat.kv_lora_rank} + {lat.qk_rope_head_dim})"
+    else:
+        attn = f"{m.heads} heads on {m.kv_heads} KV heads of {m.head_dim}"
+    windows = [w for w in m.layer_windows() if w is not None]
+    if windows and len(windows) < m.layers:
+        attn += f", window {windows[0]} on {len(windows)} layers"
+    elif windows:
+        attn += f", window {windows[0]}"
+    gated = (" SwiGLU" if m.activation == "silu" else " GeGLU") if m.gated else ""
+    if m.experts is not None:
+        ex = m.experts
+        shared = f" + {ex.shared_width} shared" if ex.shared_width else ""
+        n_moe = sum(m.layer_is_moe())
+        dense = f", MLP {m.intermediate} on {m.layers - n_moe} layers" if n_moe < m.layers else ""
+        mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
+    else:
+        mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
+    active = m.active_params()
+    size = f"{render.num(m.params() / GIGA)} B parameters"
+    if active != m.params():
+        size += f" ({render.num(active / GIGA)} B active)"
+    return f"{m.layers} layers, hidden {m.hidden}, {attn}, {mlp}, vocab {m.vocab}, {size}"
+
+
 def header(s: Setting, batch: int | None) -> list[str]:
     m = s.model
-    shape = (
-        f"{m.layers} layers, hidden {m.hidden}, {m.heads} heads on {m.kv_heads} KV heads "
-        f"of {m.head_dim}, MLP {m.intermediate}{' gated' if m.gated else ''}, vocab {m.vocab}, "
-        f"{render.num(m.params() / GIGA)} B parameters"
-    )
+    shape = architecture(m)
     what = (
         f"prefill of {render.plural(s.context, 'token')}"
         if s.phase == "prefill"
@@ -133,7 +157,6 @@ def sweep_text(
     """A step at several batches, where each GEMM turns compute-bound, and (decode) whether the
     whole step ever does."""
     decode = s.phase == "decode"
-    mlp = "gate/up projection" if s.model.gated else "up projection"
     rows: list[list[Any]] = []
     for a in runs:
         t, mem = a.totals, a.memory
@@ -143,8 +166,8 @@ def sweep_text(
                 a.batch,
                 duration(t.time_s),
                 _rate(t),
-                a.op(mlp).limiter,
-                a.op("attention").limiter,
+                _mlp_gemm(a).limiter,
+                next(o for o in a.ops if o.attention).limiter,
                 render.pct(t.memory_bound_share),
                 render.pct(t.attention_share),
                 render.nbytes(mem.kv_cache_bytes),
@@ -157,6 +180,14 @@ def sweep_text(
     out = [*header(s, None), "", table(headers, rows, "rrrllrrrl"), ""]
     unit = "batch" if decode else "tokens through the GEMM (batch × prompt; the LM head: batch)"
     out.append(f"GEMMs compute-bound from {unit}: {cross}")
+    ex = s.model.experts
+    expert = next((g for g in gemms if g.dense_batch and g.batch), None)
+    if ex is not None and expert is not None and expert.batch and expert.dense_batch:
+        out.append(
+            f"expert GEMMs need {expert.batch / expert.dense_batch:.1f}× the batch of a dense GEMM of their "
+            f"shape to reach the ridge ({expert.name}: {expert.batch} against {expert.dense_batch}); each expert "
+            f"sees about batch·{ex.top_k}/{ex.experts} tokens once all are touched, so E/k = {ex.experts / ex.top_k:g}"
+        )
     if decode and step_batch is None:
         out.append(
             f"the decode step never turns compute-bound at context {s.context}: each sequence "
@@ -171,22 +202,40 @@ def sweep_text(
     return "\n".join(out)
 
 
+def _mlp_gemm(a: ModelAnalysis) -> Any:
+    """The MLP's first GEMM: the routed experts' where there are experts, else gate/up (or up)."""
+    experts = [o for o in a.ops if o.operator == "experts"]
+    if experts:
+        return experts[0]
+    return next(o for o in a.ops if o.name.endswith(("gate/up projection", "up projection")))
+
+
 def models_table(models: Sequence[ModelConfig]) -> str:
     """The built-in models, one row each."""
     rows = [
         [
             m.name,
             render.num(m.params() / GIGA),
+            render.num(m.active_params() / GIGA),
             m.layers,
             m.hidden,
-            f"{m.heads}/{m.kv_heads}",
-            m.head_dim,
-            m.intermediate,
+            f"{m.heads}/{m.kv_heads}" if m.latent is None else f"{m.heads}/latent",
+            m.head_dim if m.latent is None else m.latent.cache_elements,
+            m.intermediate
+            if m.experts is None
+            else f"{m.experts.experts}×{m.experts.width} top {m.experts.top_k}",
             "gated" if m.gated else "plain",
             m.vocab,
-            m.sliding_window or "—",
+            _windows(m),
         ]
         for m in models
     ]
-    headers = ["model", "params (B)", "layers", "hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab"]
-    return table([*headers, "window"], rows, "lrrrrrrlrr")
+    headers = ["model", "params (B)", "active (B)", "layers", "hidden", "heads/KV", "head dim", "MLP"]
+    return table([*headers, "MLP kind", "vocab", "window"], rows, "lrrrrrrrlrr")
+
+
+def _windows(m: ModelConfig) -> str:
+    windows = [w for w in m.layer_windows() if w is not None]
+    if not windows:
+        return "—"
+    return str(windows[0]) if len(windows) == m.layers else f"{windows[0]} on {len(windows)}/{m.layers}"

@@ -1,0 +1,98 @@
+"""What a whole-model step's numbers leave out or assume, in one line each: the notes under the
+table. Each note states its number (how many experts a batch touches, what share of the scores a
+window keeps, how small an uncounted term is), so it can be checked.
+"""
+
+from __future__ import annotations
+
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import DECODE, Precision
+from attnroof.ops.attention import causal_band, causal_half
+from attnroof.ops.experts import ALL, touched_experts
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+
+STORED_ITEMSIZE = {"fp8": 1, "fbgemm_fp8": 1, "mxfp4": 0.5}
+"""Bytes per weight of the quantized formats checkpoints publish (MXFP4: 4 bits, its shared
+scales, one byte per 32 weights, left out)."""
+
+SOFTCAP_FLOPS_PER_SCORE = 3
+"""cap·tanh(score/cap): a divide, a tanh and a multiply per score (tanh counted as one)."""
+
+
+def step_notes(
+    model: ModelConfig,
+    phase: str,
+    batch: int,
+    context: int,
+    prec: Precision,
+    *,
+    routing: str,
+    latent_form: str,
+) -> tuple[str, ...]:
+    m = model
+    notes: list[str] = []
+    if prec.weight_itemsize < prec.itemsize:
+        notes.append(
+            f"every parameter is counted at {prec.weight_itemsize:g} B, embedding and LM head included; "
+            "many low-precision checkpoints keep those two in 16 bits"
+        )
+    if m.stored_weights and prec.weight_itemsize > STORED_ITEMSIZE.get(m.stored_weights, 1):
+        notes.append(
+            f"the published checkpoint stores weights as {m.stored_weights} (quantization_config); they are "
+            "counted here at {prec.weight_itemsize:g} B each — pass --weight-dtype to count them as stored"
+        )
+    windows = [w for w in m.layer_windows() if w is not None]
+    if windows and context > windows[0]:
+        w, n = windows[0], len(windows)
+        where = "every layer" if n == m.layers else f"{n} of {m.layers} layers"
+        if phase == DECODE:
+            notes.append(
+                f"sliding window {w} on {where}: each new token reads the last {w} tokens' K and V there"
+            )
+        else:
+            share = causal_band(context, w) / causal_half(context * context)
+            notes.append(
+                f"sliding window {w} on {where}: prefill computes the band within the window there, "
+                f"{share:.0%} of the causal scores"
+            )
+    if m.experts is not None:
+        notes.append(_experts_note(m, phase, batch, context, routing))
+    if m.latent is not None:
+        lat = m.latent
+        form = "decompressed (naive)" if phase != DECODE else latent_form
+        notes.append(
+            f"latent attention ({form}): the cache holds {lat.kv_lora_rank} + {lat.qk_rope_head_dim} = "
+            f"{lat.cache_elements} elements per token and layer"
+            + (", read once for all heads" if phase == DECODE and latent_form != "naive" else "")
+        )
+    if m.attn_softcap is not None:
+        per_score = 4 * m.head_dim + SOFTMAX_FLOPS_PER_ELEMENT
+        notes.append(
+            f"attention logit soft-capping not counted: {SOFTCAP_FLOPS_PER_SCORE} FLOPs per score beside "
+            f"{per_score}, {SOFTCAP_FLOPS_PER_SCORE / per_score:.2%} of attention's FLOPs"
+        )
+    if m.final_softcap is not None:
+        share = SOFTCAP_FLOPS_PER_SCORE / (2 * m.hidden)
+        notes.append(f"final logit soft-capping not counted: {share:.3%} of the LM head's FLOPs")
+    if m.sinks:
+        notes.append(
+            f"attention sinks not counted: one more logit per head and query beside {context}, "
+            f"{1 / context:.2%} of the scores"
+        )
+    if m.max_positions is not None and context > m.max_positions:
+        notes.append(f"context {context} exceeds the model's {m.max_positions} positions")
+    return tuple(notes)
+
+
+def _experts_note(m: ModelConfig, phase: str, batch: int, context: int, routing: str) -> str:
+    ex = m.experts
+    assert ex is not None
+    tokens = batch if phase == DECODE else batch * context
+    touched = touched_experts(tokens, ex.experts, ex.top_k, routing)
+    how = "every expert read (--routing all)" if routing == ALL else "uniform routing"
+    ratio = ex.experts / ex.top_k
+    return (
+        f"experts: {ex.top_k} of {ex.experts} per token; {tokens} token{'s touch' if tokens != 1 else ' touches'} "
+        f"{touched:.1f} of {ex.experts} per layer ({how}), {tokens * ex.top_k / touched:.1f} tokens each; expert GEMMs need "
+        f"E/k = {ratio:g}× the batch of a dense layer to reach the ridge"
+    )
