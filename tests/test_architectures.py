@@ -138,3 +138,61 @@ def test_every_builtin_architecture_analyses_both_phases() -> None:
         for phase in ("prefill", "decode"):
             a = analyse(builtin(name), phase, 2, 2048, roof)
             assert a.totals.time_s > 0 and a.totals.flops > 0
+
+
+MLA_FLAGS = [
+    "--kv-lora-rank",
+    "512",
+    "--qk-rope-head-dim",
+    "64",
+    "--qk-nope-head-dim",
+    "128",
+    "--v-head-dim",
+    "128",
+]
+
+
+def test_decode_latent_variant_from_the_command_line() -> None:
+    from conftest import run_cli
+
+    r = run_cli("decode", "-s", "8192", "--heads", "128", *MLA_FLAGS, "--device", "h200", "--json")
+    assert r.returncode == 0, r.stderr
+    j = r.json()
+    # absorbed: Q absorb 2·128·128·512, attention 128·8192·(2·576 + 5 + 2·512), V absorb 2·128·512·128
+    assert (
+        j["absorbed"]["flops"]
+        == 2 * 128 * 128 * 512 + 128 * 8192 * (2 * 576 + 5 + 2 * 512) + 2 * 128 * 512 * 128
+    )
+    # naive: the up-projection of all 8192 cached latents to 128 heads of K_nope and V, then MHA
+    up = 2 * 8192 * 512 * 128 * (128 + 128)
+    assert j["naive"]["flops"] == up + 128 * 8192 * (2 * 192 + 5 + 2 * 128)
+    assert set(j["crossover"]) == {"naive", "absorbed"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--kv-lora-rank", "512"], "latent attention needs --qk-rope-head-dim"),
+        ([*MLA_FLAGS, "-d", "128"], "-d/--head-dim is for ordinary attention"),
+        ([*MLA_FLAGS, "--group", "4", "--heads", "8"], "--group is for ordinary attention"),
+        ([], "the following arguments are required: -d/--head-dim"),
+    ],
+)
+def test_latent_flags_are_all_or_none(extra: list[str], needle: str) -> None:
+    from conftest import assert_one_line_error, run_cli
+
+    assert_one_line_error(run_cli("decode", "-s", "8192", *extra), needle)
+
+
+def test_model_options_route_and_decode_latent() -> None:
+    from conftest import run_cli
+
+    base = ["model", "--model", "deepseek-v3", "--context", "4096", "--batch", "8", "--json"]
+    uniform = run_cli(*base).json()
+    every = run_cli(*base, "--routing", "all").json()
+    naive = run_cli(*base, "--mla", "naive").json()
+    assert every["totals"]["bytes"] > uniform["totals"]["bytes"]  # all 256 experts read, not ~57
+    assert naive["totals"]["flops"] > uniform["totals"]["flops"]  # the cache re-expanded each step
+    assert uniform["routing"] == "uniform" and naive["latent_attention"] == "naive"
+    kinds = {op["layer_kind"] for op in uniform["ops"]}
+    assert {"dense MLP", "MoE", "layer", "embedding", "head"} <= kinds

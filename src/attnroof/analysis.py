@@ -87,7 +87,8 @@ class Comparison:
         """Unfused time bound over fused time bound: what fusion alone can buy (part D4)."""
         return self.unfused.placement.time_s / self.fused.placement.time_s
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, labels: tuple[str, str] = ("unfused", "fused")) -> dict[str, Any]:
+        """Both variants under ``labels`` (latent attention: "naive", "absorbed")."""
         return {
             "flops": self.flops,
             "softmax_share": float(softmax_share(self.unfused.cost)),
@@ -96,8 +97,8 @@ class Comparison:
             "bandwidth_bytes_per_s": self.roof.bandwidth_bytes_per_s,
             "traffic_ratio": self.traffic_ratio,
             "speedup_ceiling": self.speedup_ceiling,
-            "unfused": self.unfused.to_json(),
-            "fused": self.fused.to_json(),
+            labels[0]: self.unfused.to_json(),
+            labels[1]: self.fused.to_json(),
         }
 
 

@@ -101,14 +101,17 @@ def int_list(text: str) -> list[int]:
     return [positive_int(p) for p in parts]
 
 
-def add_head_dim_arg(p: argparse.ArgumentParser, *, default: int | None = None) -> None:
-    """``-d/--head-dim D``: required, unless a default is given."""
+def add_head_dim_arg(
+    p: argparse.ArgumentParser, *, default: int | None = None, required: bool = True
+) -> None:
+    """``-d/--head-dim D``: required (unless a default is given, or ``required=False`` for a
+    command that checks it itself)."""
     p.add_argument(
         "-d",
         "--head-dim",
         dest="d",
         type=positive_int,
-        required=default is None,
+        required=required and default is None,
         default=default,
         metavar="D",
         help="head dimension" + (f" (default {default})" if default is not None else ""),

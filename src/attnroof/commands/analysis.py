@@ -18,6 +18,7 @@ from attnroof.commands._common import (
     add_softmax_arg,
     emit_json,
     positive_int,
+    require,
     resolve_heads,
     roof_from_args,
 )
@@ -25,10 +26,84 @@ from attnroof.cost import Cost
 from attnroof.operators import operator
 from attnroof.roofline import place
 from attnroof.text import render
-from attnroof.text.operators import comparison_text, linear_text
+from attnroof.text.operators import comparison_text, latent_text, linear_text
 
 # the formulas, as the operator table registers them
 attention, decode, linear = (operator(n).forward for n in ("attention", "decode", "linear"))
+
+
+LATENT_FLAGS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+"""Multi-head latent attention's widths, named after the config fields (DeepSeek-V2/V3)."""
+
+
+def _latent_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("latent attention (DeepSeek's MLA): all four, instead of -d")
+    for name in LATENT_FLAGS:
+        g.add_argument(f"--{name.replace('_', '-')}", dest=name, type=positive_int, metavar="N", help=name)
+
+
+def _latent(args: argparse.Namespace) -> dict[str, int] | None:
+    """The latent widths when given (all four, and no -d), else None (ordinary attention, -d)."""
+    given = {k: getattr(args, k) for k in LATENT_FLAGS if getattr(args, k) is not None}
+    if not given:
+        require(args.d is not None, "the following arguments are required: -d/--head-dim")
+        return None
+    missing = [f"--{k.replace('_', '-')}" for k in LATENT_FLAGS if k not in given]
+    require(not missing, f"latent attention needs {', '.join(missing)} too")
+    require(args.d is None, "-d/--head-dim is for ordinary attention; latent attention takes its four widths")
+    require(
+        args.group == 1,
+        "--group is for ordinary attention: latent attention shares one latent across all heads",
+    )
+    return given
+
+
+def _latent_run(args: argparse.Namespace, widths: dict[str, int], *, decode_step: bool) -> int:
+    """Naive (decompressed) against absorbed latent attention, and where each turns compute-bound."""
+    from attnroof.solve import crossover
+
+    dev, dt, roof = roof_from_args(args)
+    heads = args.heads or 1
+    latent = operator("latent attention").forward
+    kw: dict[str, Any] = dict(
+        heads=heads,
+        batch=args.batch,
+        itemsize=dt.itemsize,
+        softmax_flops_per_element=args.softmax_flops,
+        **widths,
+    )
+    s_q = 1 if decode_step else args.s
+    causal = False if decode_step else args.causal
+    costs = {form: latent(s_q, args.s, form=form, causal=causal, **kw) for form in ("naive", "absorbed")}
+    crosses = {
+        form: crossover(
+            lambda s, form=form: latent(1 if decode_step else s, s, form=form, causal=causal, **kw).intensity,
+            roof.peak_flops_per_s,
+            roof.bandwidth_bytes_per_s,
+        )
+        for form in costs
+    }
+    cmp = Comparison.of(costs["naive"], costs["absorbed"], roof)
+    if args.json:
+        emit_json(
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                **_shape_json(args),
+                **widths,
+                "latent": True,
+                **cmp.to_json(labels=("naive", "absorbed")),
+                "crossover": {form: c.to_json() for form, c in crosses.items()},
+            }
+        )
+        return 0
+    what = "decode: one token against a latent cache of" if decode_step else "latent attention over"
+    title = (
+        f"{what} {args.s}, {heads} heads, r={widths['kv_lora_rank']} ρ={widths['qk_rope_head_dim']} "
+        f"nope={widths['qk_nope_head_dim']} v={widths['v_head_dim']} batch={args.batch}"
+    )
+    print(latent_text(title, cmp, render.device_line(dev, roof), crosses))
+    return 0
 
 
 def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
@@ -41,7 +116,7 @@ def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
         metavar="S",
         help="sequence length (8192 or 8k)",
     )
-    add_head_dim_arg(p)
+    add_head_dim_arg(p, required=False)
 
 
 def _heads_args(p: argparse.ArgumentParser) -> None:
@@ -62,6 +137,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     _heads_args(p)
     p.add_argument("--causal", action="store_true", help="causal mask: tiles above the diagonal skipped")
     add_softmax_arg(p)
+    _latent_args(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -88,6 +164,9 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
 
 
 def _attention_run(args: argparse.Namespace) -> int:
+    widths = _latent(args)
+    if widths is not None:
+        return _latent_run(args, widths, decode_step=False)
     mask = " causal" if args.causal else ""
     title = f"attention forward{mask}: s={args.s} d={args.d}"
     return _compare(args, attention, title, causal=args.causal)
@@ -105,14 +184,18 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-s", "--context", dest="s", type=positive_int, required=True, metavar="S", help="KV cache length"
     )
-    add_head_dim_arg(p)
+    add_head_dim_arg(p, required=False)
     _heads_args(p)
     add_softmax_arg(p)
+    _latent_args(p)
     add_device_args(p)
     add_json_arg(p)
 
 
 def _decode_run(args: argparse.Namespace) -> int:
+    widths = _latent(args)
+    if widths is not None:
+        return _latent_run(args, widths, decode_step=True)
     title = f"decode: one token against a KV cache of {args.s}, d={args.d}"
     return _compare(args, decode, title)
 

@@ -42,6 +42,45 @@ def comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
     return "\n".join(lines)
 
 
+def latent_text(title: str, cmp: Comparison, dev_line: str, crosses: Mapping[str, Crossover]) -> str:
+    """Naive (decompressed K and V) against absorbed latent attention: the same attention, the
+    up-projections run on the cache or folded into the query and output."""
+    naive, absorbed = cmp.unfused, cmp.fused
+    lines = [
+        title,
+        dev_line,
+        "",
+        table(
+            render.PLACEMENT_HEADERS,
+            [
+                render.placement_row("naive", naive.placement),
+                render.placement_row("absorbed", absorbed.placement),
+            ],
+        ),
+        "",
+        f"traffic naive/absorbed: {render.num(cmp.traffic_ratio)}×   time bound naive/absorbed: "
+        f"{render.num(cmp.speedup_ceiling)}×",
+    ]
+    for label, c in crosses.items():
+        if c.never or c.s_min is None:
+            lines.append(
+                f"{label}: never compute-bound (intensity tends to {render.num(c.limit_intensity)} FLOP/byte)"
+            )
+        else:
+            lines.append(
+                f"{label}: compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})"
+            )
+    lines += [
+        "",
+        "naive stages:",
+        table(STAGE_HEADERS, render.stage_rows(naive.cost), "lrllr"),
+        "",
+        "absorbed stages:",
+        table(STAGE_HEADERS, render.stage_rows(absorbed.cost), "lrllr"),
+    ]
+    return "\n".join(lines)
+
+
 def linear_text(n: int, k: int, m: int, device: Device, roof: Roof, p: Placement, cross: Crossover) -> str:
     lines = [
         f"linear: {render.plural(n, 'token')} through a {k}×{m} weight",
