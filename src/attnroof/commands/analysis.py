@@ -75,12 +75,15 @@ def _latent_run(args: argparse.Namespace, widths: dict[str, int], *, decode_step
     s_q = 1 if decode_step else args.s
     causal = False if decode_step else args.causal
     costs = {form: latent(s_q, args.s, form=form, causal=causal, **kw) for form in ("naive", "absorbed")}
+
+    def intensity_of(form: str) -> Any:
+        def intensity(s: Any) -> Any:
+            return latent(1 if decode_step else s, s, form=form, causal=causal, **kw).intensity
+
+        return intensity
+
     crosses = {
-        form: crossover(
-            lambda s, form=form: latent(1 if decode_step else s, s, form=form, causal=causal, **kw).intensity,
-            roof.peak_flops_per_s,
-            roof.bandwidth_bytes_per_s,
-        )
+        form: crossover(intensity_of(form), roof.peak_flops_per_s, roof.bandwidth_bytes_per_s)
         for form in costs
     }
     cmp = Comparison.of(costs["naive"], costs["absorbed"], roof)
