@@ -97,7 +97,7 @@ def _ncu(args: argparse.Namespace, dev: Any, records: list[dict[str, Any]], case
     except ncu.NcuError as e:
         return f"ncu: {e}; DRAM bytes not measured"
     ncu.attach(records, results)
-    return f"ncu: DRAM bytes of {len(results)} cases read from hardware counters"
+    return f"ncu: DRAM bytes of {plural(len(results), 'case')} read from hardware counters"
 
 
 def _output(
@@ -236,8 +236,7 @@ def _interrupted(results: Any, path: str) -> str:
     from attnroof import outfile
 
     if results.stream:
-        n = len(results.records)
-        return f"{n} measurement{'s' if n != 1 else ''} written to {path}"
+        return f"{plural(len(results.records), 'measurement')} written to {path}"
     kept = outfile.measurements_in(path) or "no measurements"  # the file, not memory: it is what counts
     return f"{kept} kept in {path} — rerun with --resume to finish"
 
@@ -254,7 +253,7 @@ def _suite_file(args: argparse.Namespace) -> Any:
         results = _results_file(args.output, keep=not args.force)
         if args.resume or not results.records:
             return results
-        held = f"{len(results.records)} measurements"
+        held = plural(len(results.records), "measurement")
     raise InputError(
         f"-o {args.output!r} already holds {held}: pass --resume to continue it, --force to start "
         "it over, or name another file (nothing measured is overwritten)"
@@ -294,7 +293,7 @@ def _suite_run(args: argparse.Namespace) -> int:
     note = _ncu(args, dev, records, cases)
     if note and any(r.get("ncu_bytes") is not None for r in records):
         results.rewrite(records)
-    notes = [note, f"results: {args.output} ({len(records)} records)"]
+    notes = [note, f"results: {args.output} ({plural(len(records), 'record')})"]
     return _output(args, dev, measured, catalog, records, notes, {"results": args.output})
 
 
