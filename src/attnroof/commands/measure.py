@@ -23,6 +23,7 @@ from attnroof.commands._common import (
 )
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError, read_json
+from attnroof.text.render import plural
 
 # ---------------------------------------------------------------- shared steps
 
