@@ -29,7 +29,10 @@ from attnroof.text.model import Setting, models_table, step_text, sweep_text
 
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--model", metavar="NAME|config.json", help="built-in model (see --list) or a local config.json"
+        "--model",
+        metavar="NAME|config.json|org/name",
+        help="built-in model (see --list), a local config.json, or a Hugging Face repository "
+        "(its hub cache; downloaded when online with attnroof[hub])",
     )
     p.add_argument("--list", action="store_true", help="list the built-in models")
     p.add_argument(

@@ -1,8 +1,9 @@
 """A decoder-only transformer as a Hugging Face ``config.json`` describes it.
 
-Read from a local file (nothing is downloaded) or from the packaged configs under
-``model/configs/`` by name. Two key families are understood: the Llama one (``hidden_size``,
-``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
+Read from a local file, from the packaged configs under ``model/configs/`` by name, or from the
+Hugging Face hub cache by repository id (``org/name``, :mod:`attnroof.model.hub`, which downloads
+only through the optional ``huggingface_hub``). Two key families are understood: the Llama one
+(``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``,
 ``intermediate_size``: Llama, Mistral, Qwen2 and most recent models) and GPT-2's (``n_embd``,
 ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``).
 
@@ -384,7 +385,9 @@ def builtin(name: str) -> ModelConfig:
 
 
 def get_model(name_or_path: str) -> ModelConfig:
-    """A built-in model by name, or the model of a local ``config.json``."""
+    """A built-in model by name, the model of a local ``config.json``, or a Hugging Face hub
+    repository ``org/name`` (:mod:`attnroof.model.hub`: its cached config, else the built-in
+    copy, else a download)."""
     text = name_or_path.strip()
     if not text:
         raise UnknownModel("empty model name (list them with 'attnroof model --list')")
@@ -393,4 +396,9 @@ def get_model(name_or_path: str) -> ModelConfig:
         return load_config_file(path / "config.json")
     if text.endswith(".json") or path.is_file():
         return load_config_file(path)
+    if "/" in text and not path.exists():
+        from attnroof.model.hub import hub_model, is_repo_id  # it imports this module
+
+        if is_repo_id(text):
+            return hub_model(text)
     return builtin(text)
