@@ -34,8 +34,6 @@ GEMMA2_TYPES = frozenset({"gemma2"})
 ``Gemma2Config``)."""
 EXPERT_BIAS_TYPES = frozenset({"gpt_oss"})
 """Families whose router and experts carry biases (gpt-oss)."""
-ROUTER_CORRECTION_TYPES = frozenset({"deepseek_v3"})
-"""DeepSeek-V3's router keeps a per-expert score-correction bias (``e_score_correction_bias``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +47,8 @@ class Experts:
     shared_width: int = 0
     bias: bool = False
     router_bias: int = 0
-    """Router bias parameters per layer: E (gpt-oss's bias, DeepSeek-V3's score correction) or 0."""
+    """Router bias parameters per layer: E (gpt-oss) or 0. DeepSeek-V3's score-correction bias is a
+    buffer, not a parameter (as transformers counts it), and is left out."""
     shared_gate: bool = False
     """Qwen2-MoE's sigmoid gate on the shared expert (a Linear(hidden, 1))."""
 
@@ -117,7 +116,7 @@ def read_experts(cfg: Mapping[str, Any], where: str, model_type: str, intermedia
         width=width,
         shared_width=shared + qwen_shared,
         bias=bias,
-        router_bias=experts if bias or model_type in ROUTER_CORRECTION_TYPES else 0,
+        router_bias=experts if bias else 0,
         shared_gate=qwen_shared > 0,
     )
 
