@@ -21,14 +21,12 @@ from attnroof.commands._common import (
     resolve_heads,
     roof_from_args,
 )
+from attnroof.commands._passes import add_pass_arg, pass_json
 from attnroof.cost import Cost
-from attnroof.operators import operator
+from attnroof.passes import WORDS, pass_formula
 from attnroof.roofline import place
 from attnroof.text import render
 from attnroof.text.operators import comparison_text, linear_text
-
-# the formulas, as the operator table registers them
-attention, decode, linear = (operator(n).forward for n in ("attention", "decode", "linear"))
 
 
 def _shape_args(p: argparse.ArgumentParser, *, s_required: bool = True) -> None:
@@ -62,6 +60,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     _heads_args(p)
     p.add_argument("--causal", action="store_true", help="causal mask: tiles above the diagonal skipped")
     add_softmax_arg(p)
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -80,7 +79,9 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
     if args.json:
-        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
+        emit_json(
+            {"device": dev.name, "dtype": dt.name, **_shape_json(args), **pass_json(args), **cmp.to_json()}
+        )
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
         print(comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof)))
@@ -89,8 +90,8 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
 
 def _attention_run(args: argparse.Namespace) -> int:
     mask = " causal" if args.causal else ""
-    title = f"attention forward{mask}: s={args.s} d={args.d}"
-    return _compare(args, attention, title, causal=args.causal)
+    title = f"attention {WORDS[args.pass_]}{mask}: s={args.s} d={args.d}"
+    return _compare(args, pass_formula("attention", args.pass_), title, causal=args.causal)
 
 
 def _shape_json(args: argparse.Namespace) -> dict[str, object]:
@@ -108,13 +109,15 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     add_head_dim_arg(p)
     _heads_args(p)
     add_softmax_arg(p)
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
 
 def _decode_run(args: argparse.Namespace) -> int:
-    title = f"decode: one token against a KV cache of {args.s}, d={args.d}"
-    return _compare(args, decode, title)
+    what = "" if args.pass_ == "fwd" else f" {WORDS[args.pass_]}"
+    title = f"decode{what}: one token against a KV cache of {args.s}, d={args.d}"
+    return _compare(args, pass_formula("decode", args.pass_), title)
 
 
 # ---------------------------------------------------------------- linear
@@ -132,6 +135,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
     p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
     p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -142,6 +146,8 @@ def _linear_run(args: argparse.Namespace) -> int:
 
     dev, dt, roof = roof_from_args(args)
     w_itemsize = dtype(args.weight_dtype).itemsize if args.weight_dtype else dt.itemsize
+
+    linear = pass_formula("linear", args.pass_)
 
     def gemm(n: Any) -> Cost:
         return linear(n, args.k, args.m, itemsize=dt.itemsize, weight_itemsize=w_itemsize)
@@ -157,6 +163,7 @@ def _linear_run(args: argparse.Namespace) -> int:
                 "n": args.n,
                 "k": args.k,
                 "m": args.m,
+                **pass_json(args),
                 "ridge": roof.ridge,
                 **p.to_json(),
                 "stages": [stage_json(s) for s in cost],
@@ -164,7 +171,12 @@ def _linear_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(linear_text(args.n, args.k, args.m, dev, roof, p, cross))
+    text = linear_text(args.n, args.k, args.m, dev, roof, p, cross)
+    if args.pass_ != "fwd":
+        from attnroof.text.training import linear_pass_text
+
+        text = linear_pass_text(args.pass_, text, cost, roof)
+    print(text)
     return 0
 
 
