@@ -34,7 +34,7 @@ from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import ALL_TOKENS, DENSE, PREFILL, Op, OpInstance, Precision, Step, layer_table
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
-from attnroof.operators import operator
+from attnroof.operators import CostFn, operator
 from attnroof.ops.attention import MASK, QK, SOFTMAX
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof
@@ -57,9 +57,16 @@ MODEL_FLOPS_CONVENTION = (
 Binder = Callable[[OpInstance, Step, float], Cost]
 
 
+def _backward(name: str) -> CostFn:
+    """The registered backward formula of operator ``name`` (every operator has one)."""
+    fn = operator(name).backward
+    assert fn is not None, name
+    return fn
+
+
 def _linear(i: OpInstance, st: Step, g: float) -> Cost:
     n, k, out, p = st.tokens(i.tokens), i.shape["k"], i.shape["m"], st.prec
-    cost = operator("linear").backward(
+    cost = _backward("linear")(
         n,
         k,
         out,
@@ -77,7 +84,7 @@ def _linear(i: OpInstance, st: Step, g: float) -> Cost:
 
 def _norm(i: OpInstance, st: Step, g: float) -> Cost:
     p = st.prec
-    return operator("norm").backward(
+    return _backward("norm")(
         st.tokens(),
         i.shape["width"],
         itemsize=p.itemsize,
@@ -89,13 +96,11 @@ def _norm(i: OpInstance, st: Step, g: float) -> Cost:
 
 
 def _add(i: OpInstance, st: Step, g: float) -> Cost:
-    return operator("add").backward(
-        st.tokens(), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
-    )
+    return _backward("add")(st.tokens(), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name)
 
 
 def _activation(i: OpInstance, st: Step, g: float) -> Cost:
-    return operator("activation").backward(
+    return _backward("activation")(
         st.tokens(), i.shape["width"], gated=i.shape["gated"], itemsize=st.prec.itemsize
     )
 
@@ -103,7 +108,7 @@ def _activation(i: OpInstance, st: Step, g: float) -> Cost:
 def _embedding(i: OpInstance, st: Step, g: float) -> Cost:
     n, h, p = st.tokens(), i.shape["width"], st.prec
     rows = dict(weight_itemsize=p.weight_itemsize, itemsize=p.itemsize, grad_itemsize=g)
-    scatter = operator("embedding").backward
+    scatter = _backward("embedding")
     cost = scatter(n, h, name="token rows", tensor="embedding rows", **rows)
     if i.shape["learned_positions"]:  # the position add passes its gradient on unchanged
         cost = cost + scatter(n, h, name="position rows", tensor="position rows", **rows)
@@ -112,7 +117,7 @@ def _embedding(i: OpInstance, st: Step, g: float) -> Cost:
 
 def _attention(i: OpInstance, st: Step, g: float) -> Cost:
     p = st.prec
-    return operator("attention").backward(
+    return _backward("attention")(
         st.context,
         i.shape["head_dim"],
         causal=True,
@@ -191,7 +196,7 @@ def model_flops(model: ModelConfig, batch: Num, context: Num) -> Num:
 
     >>> from attnroof.model.config import builtin
     >>> round(model_flops(builtin("llama-3.1-8b"), 1, 8192) / 1e12, 1)  # 6·7.50e9·8192 + 6·32·4096·8192²
-    421.7
+    421.6
     """
     matmul_params = sum(
         i.count * i.shape["k"] * i.shape["m"] for i in layer_table(model) if i.operator == "linear"

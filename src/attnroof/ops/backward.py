@@ -34,6 +34,9 @@ read-modify-writes of 4 bytes per element, mostly absorbed by the L2 cache) and 
 a last pass; that traffic is not in the bound. With GQA, dK and dV of one KV head sum over its
 ``group`` query heads; the sum is the inner dimension of the dK and dV products (unfused) or is
 kept on chip (fused), so they are written once per KV head, like K and V are read once.
+
+Length: every operator's backward in one module, as the operator table's ``backward`` slots
+point at one place; the formulas are short, their conventions (named constants) are the bulk.
 """
 
 from __future__ import annotations
@@ -308,7 +311,7 @@ def activation_backward(
     t = n * width * itemsize
     if gated:
         per = SWIGLU_BACKWARD_FLOPS_PER_ELEMENT
-        reads = (Access("gate", t), Access("up", t), Access("dY", t))
+        reads: tuple[Access, ...] = (Access("gate", t), Access("up", t), Access("dY", t))
         writes: tuple[Access, ...] = (Access("d gate", t), Access("d up", t))
     else:
         per = GELU_BACKWARD_FLOPS_PER_ELEMENT
