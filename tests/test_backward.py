@@ -129,3 +129,16 @@ def test_every_operator_has_each_pass(which: str):
     from attnroof.operators import OPERATORS
 
     assert all(callable(pass_formula(name, which)) for name in OPERATORS)
+
+
+def test_sheet_part_g():
+    r = run_cli("sheet", "--pass", "fwd+bwd")
+    assert r.returncode == 0 and "## Part G — The backward pass" in r.stdout
+    plain = run_cli("sheet")
+    assert "Part G" not in plain.stdout and r.stdout.startswith(plain.stdout)
+    g = _cli("sheet", "--pass", "fwd+bwd")["backward_part"]
+    # device R, s = 8192, d = 128: fused backward from s = 541, the forward from 595
+    assert (g["crossover"]["fused"]["s_min"], g["forward_crossover"]["fused"]["s_min"]) == (541, 595)
+    # recomputed S and softmax: (2·128 + 5)·8192² per head; P kept: 8192²·2 B × 8 × 32 × 80
+    assert g["recompute_flops_per_head"] == (2 * 128 + 5) * S * S
+    assert g["kept_p_bytes"] == S * S * 2 * 8 * 32 * 80

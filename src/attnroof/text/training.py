@@ -9,6 +9,7 @@ from attnroof.cost import Cost
 from attnroof.model.training import PASS_NAMES, TrainAnalysis
 from attnroof.passes import WORDS
 from attnroof.roofline import Roof, place
+from attnroof.sheet_backward import BackwardPart
 from attnroof.text import render
 from attnroof.text.render import table
 from attnroof.units import duration
@@ -92,3 +93,44 @@ def train_memory_line(a: TrainAnalysis) -> str:
         f"{used} of {b(m.capacity_bytes)}: {verdict}; largest batch at this context {m.max_batch:,}, "
         f"largest context at this batch {ctx}"
     )
+
+
+def backward_part_markdown(g: BackwardPart) -> str:
+    """Part G of the sheet: the backward pass of attention."""
+    u, f = g.backward.unfused, g.backward.fused
+    cu, cf, fw = g.crossover["unfused"], g.crossover["fused"], g.forward_crossover["fused"]
+    same = (
+        "the same s"
+        if cf.s_min == fw.s_min
+        else ("earlier" if (cf.s_min or 0) < (fw.s_min or 0) else "later")
+    )
+    n = f"{g.batch} × {g.heads} heads × {g.layers} layers"
+    lines = [
+        "## Part G — The backward pass",
+        "",
+        f"G1. The fused backward (FlashAttention-2) at s = {g.s}, d = {g.d} recomputes S and P from Q, K "
+        "and the saved row log-sum-exp and does five s×s×d products (dV, dP, dQ, dK and S again), 2.5× "
+        f"the forward's. Its traffic is still O(s·d), so its intensity grows with s: "
+        f"{render.num(f.placement.intensity)} FLOP/byte here, {f.placement.verdict}.",
+        f"It reaches the ridge ({render.num(g.roof.ridge)} FLOP/byte) from s = {cf.s_min} "
+        f"(I(s) = {render.expr(cf.intensity_expr)}); the forward does from s = {fw.s_min}: {same}.",
+        "",
+        table(
+            render.PLACEMENT_HEADERS,
+            [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)],
+        ),
+        "",
+        "G2. The unfused backward reads back the P its forward kept and sends dP and dS through "
+        f"memory: seven score-sized passes, {render.num(g.backward.traffic_ratio)}× the fused traffic.",
+        "",
+        table(["stage", "FLOPs", "reads", "writes", "bytes"], render.stage_rows(u.cost), "lrllr"),
+        "",
+        f"Its intensity tends to {cu.limit_exact} = {render.num(cu.limit_intensity)} FLOP/byte: "
+        + ("it never reaches the ridge." if cu.never else f"it reaches the ridge from s = {cu.s_min}."),
+        "",
+        f"G3. What recomputation costs: S = Q·Kᵀ and the softmax again, {render.flops(g.recompute_flops)} per "
+        f"head — for {n}, {duration(g.recompute_time_s)} at the peak. What it saves: the P matrices an "
+        f"unfused backward reads back, {render.nbytes(g.kept_p_bytes)} for the same {n}.",
+        "",
+    ]
+    return "\n".join(lines)
