@@ -84,7 +84,12 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
         )
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
-        print(comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof)))
+        text = comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof))
+        if args.pass_ != "fwd":
+            from attnroof.text.training import recompute_note
+
+            text += "\n\n" + recompute_note(cmp)
+        print(text)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnroof.analysis import Comparison
 from attnroof.cost import Cost
 from attnroof.model.training import PASS_NAMES, TrainAnalysis
 from attnroof.passes import WORDS
@@ -134,3 +135,12 @@ def backward_part_markdown(g: BackwardPart) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def recompute_note(cmp: Comparison) -> str:
+    """Why the two variants' FLOPs differ in a backward pass (the headline is the unfused one's)."""
+    u, f = cmp.unfused.placement.flops, cmp.fused.placement.flops
+    return (
+        f"FLOPs differ: the fused backward recomputes S and P ({render.flops(f)}), the unfused one "
+        f"reads back the P its forward kept ({render.flops(u)}); fused/unfused {render.num(f / u)}×"
+    )
