@@ -42,9 +42,10 @@ def test_kinds_group_operators_for_calibration_and_reports():
     assert {kinds[n] for n in ("softmax", "norm", "add", "activation", "copy", "embedding")} == {"memory"}
 
 
-def test_backward_and_split_slots_exist_for_later_passes():
-    op = operators.operator("attention")
-    assert op.backward is None and op.split is None  # filled by the training / parallelism issues
+def test_every_operator_has_a_backward_and_the_split_slot_waits():
+    without = {name for name, op in operators.OPERATORS.items() if op.backward is None}
+    assert without == {"latent attention"}  # its backward is not written yet (test_backward.py)
+    assert operators.operator("attention").split is None  # filled by the parallelism issue
 
 
 def test_unknown_operator_suggests():
@@ -85,9 +86,10 @@ def test_gemm_shapes_come_from_the_table():
 
 
 def test_layer_shapes_exist_once():
-    """The MLP's input width (2 × intermediate when gated) is written in the layer table only."""
-    pattern = re.compile(r"2\s*\*\s*(m|model|self|cfg)\.intermediate")
+    """The gated MLP's input width (2 × intermediate, 2 × an expert's width) is written in the layer
+    table's rows only."""
+    pattern = re.compile(r"2\s*\*\s*(\w+\.)?(intermediate|width|w)\b")
     hits = [
         str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))
     ]
-    assert hits == ["model/layers.py"]
+    assert hits == ["model/rows.py"]

@@ -6,7 +6,8 @@ operator costs. An entry has three slots:
 
 - ``forward``: the forward pass, a function of shapes returning a :class:`~attnroof.cost.Cost`
   (the formulas of :mod:`attnroof.ops`, unchanged);
-- ``backward``: the backward pass (the training issue fills it; ``None`` until then);
+- ``backward``: the backward pass, a function of the forward's arguments (and the bytes of a
+  weight's gradient, ``grad_itemsize``, where there is a weight): :mod:`attnroof.ops.backward`;
 - ``split``: the cost on one of ``n`` devices plus its collectives (the parallelism issue fills
   it; ``None`` until then).
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from attnroof.cost import Cost
 from attnroof.errors import InputError
 from attnroof.ops import attention, decode, linear
+from attnroof.ops import backward as bwd
 from attnroof.ops.elementwise import activation, add, copy, embedding, norm
 from attnroof.ops.experts import expert_gemm
 from attnroof.ops.latent import latent_attention
@@ -87,14 +89,14 @@ def operator(name: str) -> Operator:
         raise InputError(f"unknown operator {name!r}{hint} (known: {', '.join(sorted(OPERATORS))})") from None
 
 
-register("linear", linear, kind=GEMM)
-register("attention", attention, kind=ATTENTION)
-register("decode", decode, kind=ATTENTION)
-register("softmax", softmax, kind=MEMORY_PASS)
-register("norm", norm, kind=MEMORY_PASS)
-register("add", add, kind=MEMORY_PASS)
-register("activation", activation, kind=MEMORY_PASS)
-register("embedding", embedding, kind=MEMORY_PASS)
-register("copy", copy, kind=MEMORY_PASS)
-register("experts", expert_gemm, kind=GEMM)
+register("linear", linear, kind=GEMM, backward=bwd.linear_backward)
+register("attention", attention, kind=ATTENTION, backward=bwd.attention_backward)
+register("decode", decode, kind=ATTENTION, backward=bwd.decode_backward)
+register("softmax", softmax, kind=MEMORY_PASS, backward=bwd.softmax_backward)
+register("norm", norm, kind=MEMORY_PASS, backward=bwd.norm_backward)
+register("add", add, kind=MEMORY_PASS, backward=bwd.add_backward)
+register("activation", activation, kind=MEMORY_PASS, backward=bwd.activation_backward)
+register("embedding", embedding, kind=MEMORY_PASS, backward=bwd.embedding_backward)
+register("copy", copy, kind=MEMORY_PASS, backward=bwd.copy_backward)
+register("experts", expert_gemm, kind=GEMM, backward=bwd.expert_backward)
 register("latent attention", latent_attention, kind=ATTENTION)

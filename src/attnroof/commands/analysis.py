@@ -22,15 +22,13 @@ from attnroof.commands._common import (
     resolve_heads,
     roof_from_args,
 )
+from attnroof.commands._passes import add_pass_arg, pass_json
 from attnroof.cost import Cost
 from attnroof.operators import operator
+from attnroof.passes import WORDS, pass_formula
 from attnroof.roofline import place
 from attnroof.text import render
 from attnroof.text.operators import comparison_text, latent_text, linear_text
-
-# the formulas, as the operator table registers them
-attention, decode, linear = (operator(n).forward for n in ("attention", "decode", "linear"))
-
 
 LATENT_FLAGS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 """Multi-head latent attention's widths, named after the config fields (DeepSeek-V2/V3)."""
@@ -141,6 +139,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--causal", action="store_true", help="causal mask: tiles above the diagonal skipped")
     add_softmax_arg(p)
     _latent_args(p)
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -159,10 +158,17 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
     if args.json:
-        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
+        emit_json(
+            {"device": dev.name, "dtype": dt.name, **_shape_json(args), **pass_json(args), **cmp.to_json()}
+        )
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
-        print(comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof)))
+        text = comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof))
+        if args.pass_ != "fwd":
+            from attnroof.text.training import recompute_note
+
+            text += "\n\n" + recompute_note(cmp)
+        print(text)
     return 0
 
 
@@ -171,8 +177,8 @@ def _attention_run(args: argparse.Namespace) -> int:
     if widths is not None:
         return _latent_run(args, widths, decode_step=False)
     mask = " causal" if args.causal else ""
-    title = f"attention forward{mask}: s={args.s} d={args.d}"
-    return _compare(args, attention, title, causal=args.causal)
+    title = f"attention {WORDS[args.pass_]}{mask}: s={args.s} d={args.d}"
+    return _compare(args, pass_formula("attention", args.pass_), title, causal=args.causal)
 
 
 def _shape_json(args: argparse.Namespace) -> dict[str, object]:
@@ -191,6 +197,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     _heads_args(p)
     add_softmax_arg(p)
     _latent_args(p)
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -199,8 +206,9 @@ def _decode_run(args: argparse.Namespace) -> int:
     widths = _latent(args)
     if widths is not None:
         return _latent_run(args, widths, decode_step=True)
-    title = f"decode: one token against a KV cache of {args.s}, d={args.d}"
-    return _compare(args, decode, title)
+    what = "" if args.pass_ == "fwd" else f" {WORDS[args.pass_]}"
+    title = f"decode{what}: one token against a KV cache of {args.s}, d={args.d}"
+    return _compare(args, pass_formula("decode", args.pass_), title)
 
 
 # ---------------------------------------------------------------- linear
@@ -218,6 +226,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
     p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
     p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -228,6 +237,8 @@ def _linear_run(args: argparse.Namespace) -> int:
 
     dev, dt, roof = roof_from_args(args)
     w_itemsize = dtype(args.weight_dtype).itemsize if args.weight_dtype else dt.itemsize
+
+    linear = pass_formula("linear", args.pass_)
 
     def gemm(n: Any) -> Cost:
         return linear(n, args.k, args.m, itemsize=dt.itemsize, weight_itemsize=w_itemsize)
@@ -243,6 +254,7 @@ def _linear_run(args: argparse.Namespace) -> int:
                 "n": args.n,
                 "k": args.k,
                 "m": args.m,
+                **pass_json(args),
                 "ridge": roof.ridge,
                 **p.to_json(),
                 "stages": [stage_json(s) for s in cost],
@@ -250,7 +262,12 @@ def _linear_run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(linear_text(args.n, args.k, args.m, dev, roof, p, cross))
+    text = linear_text(args.n, args.k, args.m, dev, roof, p, cross)
+    if args.pass_ != "fwd":
+        from attnroof.text.training import linear_pass_text
+
+        text = linear_pass_text(args.pass_, text, cost, roof)
+    print(text)
     return 0
 
 

@@ -16,6 +16,7 @@ from attnroof.commands._common import (
     require,
     roof_from_args,
 )
+from attnroof.commands._train import add_train_args, check_train_flags, run_train
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
@@ -36,7 +37,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the built-in models")
     p.add_argument(
-        "--phase", choices=("prefill", "decode"), default="decode", help="step to analyse (default decode)"
+        "--phase",
+        choices=("prefill", "decode", "train"),
+        default="decode",
+        help="step to analyse (default decode); train: forward + backward + optimizer memory",
     )
     p.add_argument("--batch", type=positive_int, default=1, help="sequences in the batch (default 1)")
     p.add_argument(
@@ -66,6 +70,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="latent attention at decode: 'absorbed' (one latent read for all heads) or 'naive' "
         "(K and V decompressed per head, as transformers runs it) (default absorbed)",
     )
+    add_train_args(p)
     add_device_args(p)
     add_json_arg(p)
 
@@ -131,9 +136,12 @@ def _run(args: argparse.Namespace) -> int:
         return _print_list([builtin(n) for n in builtin_names()], args.json)
     require(args.model is not None, "--model is required (a built-in name or a config.json; see --list)")
     require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
+    check_train_flags(args)
     model = get_model(args.model)
     dev, dt, roof = roof_from_args(args)
     wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
+    if args.phase == "train":
+        return run_train(model, args, dev, roof, dt, wdt)
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
     job = _Job(model, args, dev, roof, dt, wdt, kdt)
     return _sweep(job) if args.sweep_batch else _single(job)

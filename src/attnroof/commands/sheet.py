@@ -79,7 +79,10 @@ def sheet_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
+    from attnroof.commands._passes import add_pass_arg
+
     add_sheet_args(p)
+    add_pass_arg(p)  # bwd or fwd+bwd: part G, the backward pass
     add_device_args(p)
     add_json_arg(p)
 
@@ -90,10 +93,25 @@ def _run(args: argparse.Namespace) -> int:
 
     dev, dt, _ = roof_from_args(args)
     sh = build_sheet(dev, dt, **sheet_kwargs(args))
+    if args.pass_ != "fwd":
+        return _with_backward(args, sh)
     if args.json:
         emit_json(sh.to_json())
     else:
         print(render_sheet(sh), end="")
+    return 0
+
+
+def _with_backward(args: argparse.Namespace, sh: Any) -> int:
+    from attnroof.sheet_backward import backward_part
+    from attnroof.text.sheet import render_sheet
+    from attnroof.text.training import backward_part_markdown
+
+    part = backward_part(sh.device, sh.dtype, **sheet_kwargs(args))
+    if args.json:
+        emit_json({**sh.to_json(), "pass": args.pass_, "backward_part": part.to_json()})
+    else:
+        print(render_sheet(sh) + "\n" + backward_part_markdown(part), end="")
     return 0
 
 

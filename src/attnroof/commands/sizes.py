@@ -77,15 +77,22 @@ def _sweep_run(args: argparse.Namespace) -> int:
 
 
 def _crossover_setup(p: argparse.ArgumentParser) -> None:
+    from attnroof.commands._passes import add_pass_arg
+
     add_head_dim_arg(p)
     p.add_argument("--causal", action="store_true", help="causal mask")
     add_softmax_arg(p)
+    add_pass_arg(p)
     add_device_args(p)
     add_json_arg(p)
 
 
 def _crossover_run(args: argparse.Namespace) -> int:
     dev, dt, roof = roof_from_args(args)
+    if args.pass_ != "fwd":
+        from attnroof.commands._passes import pass_crossover_run
+
+        return pass_crossover_run(args, dev, dt, roof)
     res = {
         label: attention_crossover(
             args.d,

@@ -6,10 +6,10 @@ from attnroof.model.config import (
     UnknownModel,
     builtin,
     builtin_names,
-    from_hf,
     get_model,
     load_config_file,
 )
+from attnroof.model.hf_config import from_hf
 
 __all__ = [
     "ModelConfig",

@@ -23,8 +23,9 @@ import re
 from pathlib import Path
 
 from attnroof.errors import read_json
-from attnroof.model.config import ModelConfig, UnknownModel, builtin, from_hf
+from attnroof.model.config import ModelConfig, UnknownModel, builtin
 from attnroof.model.fields import ModelConfigError
+from attnroof.model.hf_config import from_hf
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 """A hub repository id, ``org/name``: letters, digits, ``_ . -``, one slash."""

@@ -125,6 +125,11 @@ class OpInstance:
         return self.params if self.active_params is None else self.active_params
 
     @property
+    def per_layer(self) -> bool:
+        """A row that runs in the transformer layers (not the embedding or the head)."""
+        return self.layer_kind not in (EMBEDDING, HEAD)
+
+    @property
     def is_attention(self) -> bool:
         return self.operator in ("attention", "latent attention")
 

@@ -1,0 +1,107 @@
+"""``model --phase train``: a training step's flags, and its output (text or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from attnroof.commands._common import emit_json, require
+from attnroof.devices import Device
+from attnroof.dtypes import DType, dtype
+from attnroof.model import ModelConfig
+from attnroof.model.training_memory import NONE, OPTIMIZER_STATES, RECOMPUTE
+from attnroof.roofline import Roof
+
+TRAIN_ONLY = ("recompute", "optimizer", "grad_dtype", "master_dtype")
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training (--phase train)")
+    g.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        default=None,
+        help="activation recomputation: none, selective (the attention core), full (keep each "
+        "layer's input) (default none)",
+    )
+    g.add_argument(
+        "--optimizer", choices=tuple(OPTIMIZER_STATES), default=None, help="optimizer state (default adamw)"
+    )
+    g.add_argument("--grad-dtype", metavar="DTYPE", help="dtype of the gradients (default: the weights')")
+    g.add_argument(
+        "--master-dtype", metavar="DTYPE", help="dtype of the master copy and states (default fp32)"
+    )
+
+
+def check_train_flags(args: argparse.Namespace) -> None:
+    """The training flags only with ``--phase train``; ``--sweep-batch`` and ``--kv-dtype`` not with it."""
+    if args.phase != "train":
+        given = [f"--{n.replace('_', '-')}" for n in TRAIN_ONLY if getattr(args, n) is not None]
+        require(not given, f"{', '.join(given)} applies to --phase train only")
+        return
+    require(not args.sweep_batch, "--sweep-batch is not available with --phase train")
+    require(args.kv_dtype is None, "--kv-dtype does not apply to --phase train (training keeps no KV cache)")
+
+
+def run_train(
+    model: ModelConfig, args: argparse.Namespace, dev: Device, roof: Roof, dt: DType, wdt: DType
+) -> int:
+    from attnroof.model.training import analyse_train
+    from attnroof.model.training_memory import TrainPrecision
+
+    gdt = dtype(args.grad_dtype) if args.grad_dtype else wdt
+    mdt = dtype(args.master_dtype or "fp32")
+    prec = TrainPrecision(dt.itemsize, wdt.itemsize, gdt.itemsize, mdt.itemsize, args.optimizer or "adamw")
+    recompute = args.recompute or NONE
+    a = analyse_train(
+        model,
+        args.batch,
+        args.context,
+        roof,
+        prec,
+        capacity_bytes=dev.capacity_bytes,
+        fused=not args.unfused,
+        recompute=recompute,
+    )
+    if args.json:
+        head: dict[str, Any] = {
+            "model": model.name,
+            "phase": "train",
+            "batch": args.batch,
+            "context": args.context,
+            "device": dev.name,
+            "dtype": dt.name,
+            "weight_dtype": wdt.name,
+            "grad_dtype": gdt.name,
+            "master_dtype": mdt.name,
+            "optimizer": prec.optimizer,
+            "recompute": recompute,
+            "fused": not args.unfused,
+            "ridge": roof.ridge,
+            "config": model.to_json(),
+        }
+        emit_json(
+            {
+                **head,
+                "ops": [o.to_json() for o in a.ops],
+                "totals": a.totals.to_json(),
+                "memory": a.memory.to_json(),
+                "notes": a.notes,
+            }
+        )
+        return 0
+    from attnroof.text import render
+    from attnroof.text.model import Setting, header
+    from attnroof.text.training import train_text
+
+    first = header(Setting(model, dev, roof, "prefill", args.context, not args.unfused, dt, wdt, dt), None)[
+        :2
+    ]
+    attn = "unfused" if args.unfused else "fused"
+    what = (
+        f"training step of batch {args.batch} × {render.plural(args.context, 'token')}; weights {wdt.name}, "
+        f"gradients {gdt.name}, master and {prec.optimizer} state {mdt.name}, activations {dt.name}; "
+        f"{attn} attention, recompute {recompute}"
+    )
+    print(train_text([*first, what], a))
+    return 0

@@ -1,0 +1,149 @@
+"""A Hugging Face ``config.json`` read into a :class:`~attnroof.model.config.ModelConfig`: which
+key family (Llama's or GPT-2's), what ``transformers`` fills in when a field is absent, and each
+family's facts the config does not state (gated MLPs, tied heads, four norms, QK-norm, sinks)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attnroof.model.architectures import layer_windows, moe_layers, read_experts, read_latent
+from attnroof.model.config import ModelConfig
+from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str, show
+from attnroof.model.unmodelled import unmodelled
+
+GATED_MODEL_TYPES = frozenset(
+    {
+        "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
+        "qwen2_moe", "qwen3_moe", "olmoe", "phimoe", "deepseek_v2", "deepseek_v3", "gpt_oss",
+    }
+)  # fmt: skip
+"""Model types whose MLP (and experts) are gated (SwiGLU/GeGLU): gate and up projections, then down."""
+TIED_MODEL_TYPES = frozenset({"gpt2", "gemma", "gemma2", "gemma3", "gemma3_text"})
+"""Model types whose config class ties the LM head to the embedding unless told otherwise."""
+FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
+"""Gemma 2/3 normalise before and after both attention and MLP: four norms per layer, not two."""
+QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+"""Families with QK-norm: an RMSNorm over each query and key head (a head_dim scale each)."""
+SINK_TYPES = frozenset({"gpt_oss"})
+"""Families with attention sinks: one learned logit per head that every query also attends to."""
+GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+"""Without a known model type, a SiLU activation means a gated MLP (every SiLU LLM uses SwiGLU)."""
+GPT2_INNER_FACTOR = 4
+"""GPT-2's MLP width when ``n_inner`` is null: 4 × hidden (``GPT2MLP`` in transformers)."""
+
+
+def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> ModelConfig:
+    """A :class:`ModelConfig` from the dictionary of a Hugging Face ``config.json``.
+
+    >>> gpt2 = {"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
+    >>> from_hf(gpt2).params()              # GPT-2 small: the published 124 M
+    124439808
+    """
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigError(f"{where}: a config must be a JSON object, not {_json_type(cfg)}")
+    model_type = read_str(cfg, "model_type", where).lower()
+    name = name or read_str(cfg, "_name_or_path", where)
+    read_str(cfg, "_name_or_path", where)  # a name that is not a string is an error, even when unused
+    unmodelled(cfg, where)
+    gpt2 = model_type == "gpt2" or "n_embd" in cfg
+    k = (
+        {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "inner": "n_inner", "pos": "n_positions"}
+        if gpt2
+        else {
+            "hidden": "hidden_size",
+            "layers": "num_hidden_layers",
+            "heads": "num_attention_heads",
+            "inner": "intermediate_size",
+            "pos": "max_position_embeddings",
+        }
+    )
+    hidden = read_int(cfg, k["hidden"], where)
+    layers = read_int(cfg, k["layers"], where)
+    heads = read_int(cfg, k["heads"], where)
+    kv_heads = read_int(cfg, "num_key_value_heads", where, heads)
+    head_dim = read_int(cfg, "head_dim", where, None)
+    if head_dim is None:
+        if hidden % heads:
+            raise ModelConfigError(
+                f"{where}: {k['heads']} = {heads} does not divide {k['hidden']} = {hidden} "
+                "(and there is no head_dim)"
+            )
+        head_dim = hidden // heads
+    if heads % kv_heads:
+        raise ModelConfigError(
+            f"{where}: num_key_value_heads = {kv_heads} does not divide {k['heads']} = {heads}"
+        )
+    vocab = read_int(cfg, "vocab_size", where)
+    max_positions = read_int(cfg, k["pos"], where, None)
+    if gpt2:
+        intermediate = read_int(cfg, k["inner"], where, GPT2_INNER_FACTOR * hidden)
+        gated, norm, tied = False, "layer", read_bool(cfg, "tie_word_embeddings", where, True)
+        qkv_bias = o_bias = mlp_bias = True
+        learned = max_positions or 0
+        act = "gelu"
+    else:
+        intermediate = read_int(cfg, k["inner"], where)
+        act = (read_str(cfg, "hidden_act", where) or read_str(cfg, "hidden_activation", where)).lower()
+        gated = model_type in GATED_MODEL_TYPES or (not model_type and act in GATED_ACTIVATIONS)
+        norm = "rms" if "rms_norm_eps" in cfg else "layer"
+        tied = read_bool(cfg, "tie_word_embeddings", where, model_type in TIED_MODEL_TYPES)
+        bias = read_bool(cfg, "attention_bias", where, False)
+        qwen2 = model_type == "qwen2"  # Qwen2 has q/k/v biases and none on o_proj, whatever the config says
+        qkv_bias, o_bias = (True, False) if qwen2 else (bias, bias)
+        mlp_bias = read_bool(cfg, "mlp_bias", where, False)
+        learned = 0
+    gated = read_bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
+    windows = layer_windows(cfg, where, layers, model_type)
+    experts = read_experts(cfg, where, model_type, intermediate)
+    sliding = max((w for w in windows if w is not None), default=None)
+    return ModelConfig(
+        name=name or model_type or "model",
+        hidden=hidden,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=vocab,
+        gated=gated,
+        norm=norm,
+        tied=tied,
+        qkv_bias=qkv_bias,
+        o_bias=o_bias,
+        mlp_bias=mlp_bias,
+        learned_positions=learned,
+        sliding_window=sliding,
+        max_positions=max_positions,
+        windows=windows if len(set(windows)) > 1 else (),
+        experts=experts,
+        moe_layers=moe_layers(cfg, where, layers, experts) if experts else (),
+        latent=read_latent(cfg, where),
+        activation="gelu" if act.startswith("gelu") else "silu",
+        norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,
+        qk_norm=model_type in QK_NORM_TYPES,
+        sinks=model_type in SINK_TYPES,
+        stored_weights=_stored_weights(cfg),
+        attn_softcap=_softcap(cfg, "attn_logit_softcapping", where),
+        final_softcap=_softcap(cfg, "final_logit_softcapping", where),
+    )
+
+
+def _stored_weights(cfg: Mapping[str, Any]) -> str | None:
+    q = cfg.get("quantization_config")
+    method = q.get("quant_method") if isinstance(q, Mapping) else None
+    return str(method) if isinstance(method, str) and method else None
+
+
+def _softcap(cfg: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise ModelConfigError(f"{where}: {key} = {show(value)} is not a positive number")
+    return float(value)
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)

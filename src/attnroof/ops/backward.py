@@ -1,0 +1,474 @@
+"""Backward passes: FLOPs and off-chip traffic of the gradients, operator by operator.
+
+Each formula takes its forward's arguments (and ``grad_itemsize``, the bytes of a weight's
+gradient, where the operator has a weight) and returns the backward's stage table.
+
+Attention, one KV head with its ``group`` query heads, per score kept (all, or half when causal;
+see :func:`attnroof.ops.attention.causal_half`). Unfused, as eager PyTorch runs it, with the
+probabilities P saved by the forward pass::
+
+    dV = Pᵀ·dO        reads P, dO       writes dV      2·d per score
+    dP = dO·Vᵀ        reads dO, V       writes dP      2·d
+    softmax bwd       reads P, dP       writes dS      e     dS = P ⊙ (dP − rowsum(P ⊙ dP))
+    dQ = dS·K         reads dS, K       writes dQ      2·d
+    dK = dSᵀ·Q        reads dS, Q       writes dK      2·d
+
+Fused (FlashAttention-2): nothing of size s² is kept; the forward saves O and the row
+log-sum-exp L, and the backward recomputes S and P tile by tile::
+
+    preprocess        reads O, dO       writes D       D = rowsum(dO ⊙ O), fp32, one per row
+    fused backward    reads Q, K, V,    writes dQ,     S = Q·Kᵀ, P = exp(S − L), dV, dP,
+                      dO, L, D          dK, dV         dS = P ⊙ (dP − D), dQ, dK: 10·d + e
+
+Five s×s×d products against the forward's two: 2.5× the forward's matmul FLOPs, the count the
+FlashAttention papers use (forward + backward = 3.5× forward); the unfused backward does four
+(2×), since P was kept. ``e`` is the element-wise work per score, counted with the forward
+softmax's figure ``softmax_flops_per_element`` (5 by default: exp(S − L) is two, dP − D, the
+product with P and the softmax scale three; unfused: P ⊙ dP, its row sum, the difference, the
+product and the scale). 0 counts the matrix products alone, the papers' convention. D's
+2·s·d FLOPs (O(s·d) beside 10·s²·d) are not counted; its traffic is.
+
+dQ is counted once, written in the activation dtype: the traffic of an ideal accumulation.
+FlashAttention-2 adds each K/V tile's share into an fp32 buffer with atomics (s/B_c
+read-modify-writes of 4 bytes per element, mostly absorbed by the L2 cache) and converts it in
+a last pass; that traffic is not in the bound. With GQA, dK and dV of one KV head sum over its
+``group`` query heads; the sum is the inner dimension of the dK and dV products (unfused) or is
+kept on chip (fused), so they are written once per KV head, like K and V are read once.
+
+Length: every operator's backward in one module, as the operator table's ``backward`` slots
+point at one place; the formulas are short, their conventions (named constants) are the bulk.
+"""
+
+from __future__ import annotations
+
+from attnroof import validate
+from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.dtypes import BF16_BYTES
+from attnroof.ops.attention import _check, causal_band, causal_half
+from attnroof.ops.experts import UNIFORM, touched_experts
+from attnroof.ops.matmul import matmul_flops
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+
+FP32_BYTES = 4
+"""The row statistics (log-sum-exp L, D) are kept in fp32."""
+
+BACKWARD_MATMULS_FUSED = 5
+BACKWARD_MATMULS_UNFUSED = 4
+"""s×s×d products of each backward: recomputed S, dV, dP, dQ, dK; the unfused one keeps P."""
+
+RMSNORM_BACKWARD_FLOPS_PER_ELEMENT = 9
+"""x̂ = x·r (1), g = dY·scale (1), the row sum of g·x̂ (2), dX = r·(g − x̂·mean) (3), the
+scale's gradient dY·x̂ summed over tokens (2)."""
+
+LAYERNORM_BACKWARD_FLOPS_PER_ELEMENT = 13
+"""x̂ = (x − μ)·r (2), g = dY·scale (1), the row sums of g and g·x̂ (3),
+dX = r·(g − mean g − x̂·mean g·x̂) (4), the scale's and the shift's gradients (3)."""
+
+SWIGLU_BACKWARD_FLOPS_PER_ELEMENT = 11
+"""σ(gate) again (3), silu = gate·σ (1), silu' = σ·(1 + gate·(1 − σ)) (4), d up = dY·silu (1),
+d gate = dY·up·silu' (2)."""
+
+GELU_BACKWARD_FLOPS_PER_ELEMENT = 17
+"""The tanh argument again (4) and tanh (1), ½(1 + t) (2), 1 − t² (2),
+1 + 3·0.044715·x² (3), ·√(2/π) (1), ·½x (2), the sum (1), ·dY (1)."""
+
+GEGLU_BACKWARD_FLOPS_PER_ELEMENT = GELU_BACKWARD_FLOPS_PER_ELEMENT + 4
+"""GeGLU: GELU(gate) again and its derivative (17 with the GELU's own recomputation), d up =
+dY·GELU(gate) (1), d gate = dY·up·GELU' (2), and the forward product's operands (1)."""
+
+ADD_BACKWARD_FLOPS_PER_ELEMENT = 1
+"""A residual add passes its gradient to both inputs unchanged; the work is the add where the
+branch's gradient joins the residual stream's: one per element, the forward's kernel again."""
+
+SCATTER_ADD_FLOPS_PER_ELEMENT = 1
+"""An embedding's gradient: each token's row of dY added into its row of the table's gradient."""
+
+
+def _scores(s_q: Num, s_kv: Num, group: Num, causal: bool, window: Num | None = None) -> Num:
+    if causal and window is not None:  # the band within the window, as the forward computes
+        return group * causal_band(s_kv, window)
+    return group * (causal_half(s_q * s_kv) if causal else s_q * s_kv)
+
+
+def _attention_backward(
+    s_q: Num,
+    s_kv: Num,
+    d: Num,
+    *,
+    fused: bool,
+    causal: bool,
+    group: Num,
+    itemsize: Num,
+    kv_itemsize: Num,
+    softmax_flops_per_element: Num,
+    window: Num | None = None,
+) -> Cost:
+    """One KV head and its ``group`` query heads."""
+    scores = _scores(s_q, s_kv, group, causal, window)
+    mm = scores * matmul_flops(1, d, 1)  # one s×s×d product, per kept score
+    e = scores * softmax_flops_per_element
+    q_side = group * s_q * d * itemsize  # Q, O, dO, dQ
+    kv_side = s_kv * d * kv_itemsize  # K, V, dK, dV
+    q, o, do, dq = (Access(t, q_side) for t in ("Q", "O", "dO", "dQ"))
+    k, v, dk, dv = (Access(t, kv_side) for t in ("K", "V", "dK", "dV"))
+    if fused:
+        rows = group * s_q * FP32_BYTES
+        lse, dd = Access("L", rows), Access("D", rows)
+        return Cost(
+            (
+                Stage("backward preprocess", 0, (o, do), (dd,)),
+                Stage(
+                    "fused attention backward",
+                    BACKWARD_MATMULS_FUSED * mm + e,
+                    (q, k, v, do, lse, dd),
+                    (dq, dk, dv),
+                ),
+            )
+        )
+    sb = scores * itemsize
+    p, dp, ds = Access("P", sb), Access("dP", sb), Access("dS", sb)
+    return Cost(
+        (
+            Stage("dV = Pᵀ·dO", mm, (p, do), (dv,)),
+            Stage("dP = dO·Vᵀ", mm, (do, v), (dp,)),
+            Stage("softmax backward", e, (p, dp), (ds,)),
+            Stage("dQ = dS·K", mm, (ds, k), (dq,)),
+            Stage("dK = dSᵀ·Q", mm, (ds, q), (dk,)),
+        )
+    )
+
+
+def attention_backward(
+    s: Num,
+    d: Num,
+    *,
+    fused: bool = False,
+    causal: bool = False,
+    group: Num = 1,
+    itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    batch: Num = 1,
+    kv_heads: Num = 1,
+    mask_pass: bool = False,
+    window: Num | None = None,
+) -> Cost:
+    """Attention backward over a sequence of length ``s``, head dimension ``d``: the gradients of
+    Q, K and V from that of O. Arguments as :func:`attnroof.ops.attention`'s (``mask_pass`` is
+    accepted and changes nothing: the backward skips the masked tiles either way).
+
+    >>> attention_backward(8192, 128, fused=True, softmax_flops_per_element=0).flops  # 10·s²·d
+    85899345920
+    >>> attention_backward(8192, 128).bytes          # 2·(7s² + 8sd): seven score-sized passes
+    956301312
+    """
+    _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
+    one = _attention_backward(
+        s,
+        s,
+        d,
+        fused=fused,
+        causal=causal,
+        group=group,
+        itemsize=itemsize,
+        kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
+        softmax_flops_per_element=softmax_flops_per_element,
+        window=window,
+    )
+    return one * (batch * kv_heads)
+
+
+def decode_backward(
+    s: Num,
+    d: Num,
+    *,
+    fused: bool = False,
+    group: Num = 1,
+    itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    batch: Num = 1,
+    kv_heads: Num = 1,
+) -> Cost:
+    """The backward of one query token against ``s`` keys (a last-token loss): dQ of one row,
+    dK and dV of every cached position.
+
+    >>> decode_backward(8192, 128, fused=True, softmax_flops_per_element=0).flops   # 10·s·d
+    10485760
+    """
+    _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
+    one = _attention_backward(
+        1,
+        s,
+        d,
+        fused=fused,
+        causal=False,
+        group=group,
+        itemsize=itemsize,
+        kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
+        softmax_flops_per_element=softmax_flops_per_element,
+    )
+    return one * (batch * kv_heads)
+
+
+def _grad_item(grad_itemsize: Num | None, weight_itemsize: Num | None, itemsize: Num) -> Num:
+    if grad_itemsize is not None:
+        return validate.positive("grad_itemsize", grad_itemsize)
+    return itemsize if weight_itemsize is None else weight_itemsize
+
+
+def linear_backward(
+    n: Num,
+    k: Num,
+    m: Num,
+    *,
+    itemsize: Num = BF16_BYTES,
+    weight_itemsize: Num | None = None,
+    grad_itemsize: Num | None = None,
+    name: str = "linear",
+) -> Cost:
+    """The two GEMMs behind Y = X·W: dX = dY·Wᵀ (n×m by m×k) and dW = Xᵀ·dY (k×n by n×m), each
+    the forward's 2nkm FLOPs. dX reads the weight as the forward does; dW reads the saved X
+    and writes the weight's gradient (``grad_itemsize``, default the weight's). Both
+    intensities grow with the tokens ``n`` like the forward GEMM's.
+
+    >>> c = linear_backward(1, 8192, 8192)
+    >>> c.flops, [st.bytes for st in c]          # 2 × 2nkm; dX: 2(m + km + k), dW: 2(k + m + km)
+    (268435456, [134250496, 134250496])
+    """
+    validate.sizes(n=n, k=k, m=m)
+    validate.positive("itemsize", itemsize)
+    w_item = itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
+    g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
+    dy = Access("dY", n * m * itemsize)
+    return Cost(
+        (
+            Stage(
+                f"{name} dX",
+                matmul_flops(n, m, k),
+                (dy, Access("W", k * m * w_item)),
+                (Access("dX", n * k * itemsize),),
+            ),
+            Stage(
+                f"{name} dW",
+                matmul_flops(k, n, m),
+                (Access("X", n * k * itemsize), dy),
+                (Access("dW", k * m * g_item),),
+            ),
+        )
+    )
+
+
+def norm_backward(
+    n: Num,
+    h: Num,
+    *,
+    itemsize: Num = BF16_BYTES,
+    weight_itemsize: Num | None = None,
+    grad_itemsize: Num | None = None,
+    kind: str = "rms",
+    name: str = "norm",
+    scale_width: Num | None = None,
+) -> Cost:
+    """RMSNorm or LayerNorm backward: reads the saved input, dY and the scale, writes dX and the
+    scale's (and shift's) gradient, summed over tokens on chip. ``scale_width`` as in the forward
+    (QK-norm: one head_dim scale shared by every head).
+
+    >>> norm_backward(1, 4096).flops, norm_backward(1, 4096).bytes   # 9·4096; 2·(5 × 4096)
+    (36864, 40960)
+    """
+    validate.sizes(n=n, h=h)
+    validate.positive("itemsize", itemsize)
+    w_item = itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
+    g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
+    scale = h if scale_width is None else scale_width
+    if kind == "rms":
+        per, params = RMSNORM_BACKWARD_FLOPS_PER_ELEMENT, scale
+    elif kind == "layer":
+        per, params = LAYERNORM_BACKWARD_FLOPS_PER_ELEMENT, 2 * scale
+    else:
+        raise ValueError(f"unknown norm kind {kind!r}; known: rms, layer")
+    act = n * h * itemsize
+    reads = (Access("X", act), Access("dY", act), Access("scale", params * w_item))
+    writes = (Access("dX", act), Access("d scale", params * g_item))
+    return Cost((Stage(f"{name} backward", per * n * h, reads, writes),))
+
+
+def add_backward(n: Num, h: Num, *, itemsize: Num = BF16_BYTES, name: str = "residual add") -> Cost:
+    """The residual stream's gradient plus the branch's: reads two, writes one (the forward's
+    kernel on gradients).
+
+    >>> add_backward(1, 4096).bytes
+    24576
+    """
+    validate.sizes(n=n, h=h)
+    validate.positive("itemsize", itemsize)
+    g = n * h * itemsize
+    reads = (Access("dY", g), Access("d branch", g))
+    return Cost(
+        (Stage(f"{name} backward", ADD_BACKWARD_FLOPS_PER_ELEMENT * n * h, reads, (Access("dX", g),)),)
+    )
+
+
+def activation_backward(
+    n: Num,
+    width: Num,
+    *,
+    gated: bool,
+    itemsize: Num = BF16_BYTES,
+    name: str = "activation",
+    function: str = "silu",
+) -> Cost:
+    """The MLP activation's backward. Gated: reads gate, up and dY, writes d gate and d up
+    (SwiGLU, or GeGLU with ``function="gelu"``: GELU's derivative and the product's). Plain:
+    reads X and dY, writes dX.
+
+    >>> activation_backward(1, 14336, gated=True).flops      # 11 × 14336
+    157696
+    """
+    validate.sizes(n=n, width=width)
+    validate.positive("itemsize", itemsize)
+    t = n * width * itemsize
+    if gated:
+        per = SWIGLU_BACKWARD_FLOPS_PER_ELEMENT if function == "silu" else GEGLU_BACKWARD_FLOPS_PER_ELEMENT
+        reads: tuple[Access, ...] = (Access("gate", t), Access("up", t), Access("dY", t))
+        writes: tuple[Access, ...] = (Access("d gate", t), Access("d up", t))
+    else:
+        per = GELU_BACKWARD_FLOPS_PER_ELEMENT
+        reads, writes = (Access("X", t), Access("dY", t)), (Access("dX", t),)
+    return Cost((Stage(f"{name} backward", per * n * width, reads, writes),))
+
+
+def embedding_backward(
+    tokens: Num,
+    width: Num,
+    *,
+    weight_itemsize: Num = BF16_BYTES,
+    itemsize: Num = BF16_BYTES,
+    grad_itemsize: Num | None = None,
+    name: str = "embedding",
+    tensor: str = "embedding rows",
+) -> Cost:
+    """Scatter-add each token's gradient row into the table's gradient: reads dY and the rows
+    of the gradient it adds to, writes them back. Only the rows used are touched.
+
+    >>> embedding_backward(1, 4096).bytes          # 2 · 4096 · (1 + 1 + 1)
+    24576
+    """
+    validate.sizes(tokens=tokens, width=width)
+    validate.positive("itemsize", itemsize)
+    g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
+    rows = tokens * width * g_item
+    return Cost(
+        (
+            Stage(
+                f"{name} backward",
+                SCATTER_ADD_FLOPS_PER_ELEMENT * tokens * width,
+                (Access("dY", tokens * width * itemsize), Access(f"d {tensor}", rows)),
+                (Access(f"d {tensor}", rows),),
+            ),
+        )
+    )
+
+
+def softmax_backward(
+    elements: Num,
+    *,
+    itemsize: Num = BF16_BYTES,
+    per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    name: str = "softmax",
+) -> Cost:
+    """dS = P ⊙ (dP − rowsum(P ⊙ dP)): reads P and dP, writes dS (the middle stage of the
+    unfused attention backward, counted with the forward's per-element figure).
+
+    >>> softmax_backward(8192 * 8192).bytes        # 3 · 2 s²
+    402653184
+    """
+    validate.nonnegative("elements", elements)
+    validate.nonnegative("per_element", per_element)
+    sb = elements * itemsize
+    return Cost(
+        (
+            Stage(
+                f"{name} backward",
+                per_element * elements,
+                (Access("P", sb), Access("dP", sb)),
+                (Access("dS", sb),),
+            ),
+        )
+    )
+
+
+def copy_backward(
+    elements: Num,
+    *,
+    read_itemsize: Num = BF16_BYTES,
+    write_itemsize: Num | None = None,
+    name: str = "copy",
+    tensor: str = "X",
+) -> Cost:
+    """The gradient copied back, the cast reversed.
+
+    >>> copy_backward(1024, write_itemsize=1).bytes     # 1024 read at 1 B, written at 2 B
+    3072
+    """
+    validate.sizes(elements=elements)
+    validate.positive("read_itemsize", read_itemsize)
+    w_item = read_itemsize if write_itemsize is None else validate.positive("write_itemsize", write_itemsize)
+    return Cost(
+        (
+            Stage(
+                f"{name} backward",
+                0,
+                (Access(f"d {tensor}", elements * w_item),),
+                (Access(f"d {tensor}", elements * read_itemsize),),
+            ),
+        )
+    )
+
+
+def expert_backward(
+    tokens: Num,
+    k: Num,
+    m: Num,
+    *,
+    experts: Num,
+    top_k: Num,
+    routing: str = UNIFORM,
+    itemsize: Num = BF16_BYTES,
+    weight_itemsize: Num | None = None,
+    grad_itemsize: Num | None = None,
+    bias: bool = False,
+    name: str = "expert GEMM",
+) -> Cost:
+    """The backward of one grouped expert GEMM (:func:`attnroof.ops.experts.expert_gemm`): dX and
+    dW over the ``tokens·top_k`` routed rows, each the forward's FLOPs; the weights read and the
+    gradients written are those of the experts the batch touches.
+
+    >>> c = expert_backward(1, 4096, 28672, experts=8, top_k=2)       # Mixtral gate/up, one token
+    >>> c.flops == 2 * (2 * 2 * 4096 * 28672)                          # 2 × the forward
+    True
+    """
+    validate.sizes(tokens=tokens, k=k, m=m, experts=experts, top_k=top_k)
+    validate.positive("itemsize", itemsize)
+    w_item = itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
+    g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
+    routed = tokens * top_k
+    touched = touched_experts(tokens, experts, top_k, routing)
+    dy = Access("dY", routed * m * itemsize)
+    dw_writes = [Access("dW", touched * k * m * g_item)]
+    dw_flops = matmul_flops(k, routed, m)
+    if bias:  # each touched expert's bias gradient: a column sum of its rows of dY
+        dw_writes.append(Access("d bias", touched * m * g_item))
+        dw_flops = dw_flops + routed * m
+    return Cost(
+        (
+            Stage(
+                f"{name} dX",
+                matmul_flops(routed, m, k),
+                (dy, Access("W", touched * k * m * w_item)),
+                (Access("dX", routed * k * itemsize),),
+            ),
+            Stage(f"{name} dW", dw_flops, (Access("X", routed * k * itemsize), dy), tuple(dw_writes)),
+        )
+    )
