@@ -10,6 +10,7 @@ from attnroof.analysis import (
     Comparison,
     stage_json,
 )
+from attnroof.commands import _calibration
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -63,6 +64,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--causal", action="store_true", help="causal mask: tiles above the diagonal skipped")
     add_softmax_arg(p)
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -79,11 +81,20 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
         **extra,
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
+    cal = _calibration.load(args, dev, dt)
+    fc = None
+    if cal is not None:
+        kind = "attention" if formula is attention else "decode"
+        shape = {k: getattr(args, k) for k in ("s", "d", "batch", "heads", "group")}
+        fc = _calibration.predicted(args, cal, kind, {**shape, "causal": bool(extra.get("causal"))})
     if args.json:
-        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json()})
+        pred = {} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}
+        emit_json({"device": dev.name, "dtype": dt.name, **_shape_json(args), **cmp.to_json(), **pred})
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
         print(comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof)))
+        if fc is not None:
+            print("\n" + _calibration.predicted_text(fc, cmp.fused.placement.time_s, cal))
     return 0
 
 
@@ -109,6 +120,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     _heads_args(p)
     add_softmax_arg(p)
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -133,6 +145,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
     p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -149,6 +162,12 @@ def _linear_run(args: argparse.Namespace) -> int:
     cost = gemm(args.n)
     p = place(cost, roof)
     cross = affine_crossover(gemm, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
+    cal = _calibration.load(args, dev, dt)
+    fc = (
+        None
+        if cal is None
+        else _calibration.predicted(args, cal, "linear", {"n": args.n, "k": args.k, "m": args.m})
+    )
     if args.json:
         emit_json(
             {
@@ -161,10 +180,13 @@ def _linear_run(args: argparse.Namespace) -> int:
                 **p.to_json(),
                 "stages": [stage_json(s) for s in cost],
                 "crossover": {"n_min": cross.s_min, **cross.to_json()},
+                **({} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}),
             }
         )
         return 0
     print(linear_text(args.n, args.k, args.m, dev, roof, p, cross))
+    if fc is not None:
+        print("\n" + _calibration.predicted_text(fc, p.time_s, cal))
     return 0
 
 
