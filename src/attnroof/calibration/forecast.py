@@ -7,7 +7,6 @@ forecasts of this implementation ran from 10% under to 20% over the measured tim
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -176,11 +175,17 @@ def _cost_features(cost: Cost, d: int) -> Features:
     )
 
 
+LAUNCH_VISIBLE_S = 1e-6
+"""A fitted ``t0`` below this is a fit to large calls, where the fixed cost cannot be seen."""
+
+
 def memory_pass_params(cal: Calibration) -> tuple[float, float]:
     """(launch cost in s, bandwidth in B/s) of an element-wise pass: the eager softmax's pass
-    efficiency where eager attention was calibrated, else the measured bandwidth; the median
-    ``t0`` over the calibrated kernels."""
-    t0 = statistics.median([f.fit.params.t0_s for f in cal.fits.values()]) if cal.fits else 0.0
+    efficiency where eager attention was calibrated, else the measured bandwidth; the smallest
+    fixed cost per kernel among the fits that could see one (short calls: decode, small GEMMs),
+    as a kernel's launch cost."""
+    seen = [f.fit.params.t0_s for f in cal.fits.values() if f.fit.params.t0_s >= LAUNCH_VISIBLE_S]
+    t0 = min(seen, default=0.0)
     eager = cal.fits.get((ATTENTION, "eager"))
     eta = eager.fit.params.eta_pass if eager is not None else 1.0
     return t0, eta * cal.roofs.bandwidth_bytes_per_s

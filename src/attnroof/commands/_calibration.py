@@ -53,3 +53,36 @@ def predicted_text(forecasts: Any, bound_s: float, cal: Any) -> str:
     from attnroof.text.calibration import forecast_lines
 
     return forecast_lines(forecasts, bound_s, cal)
+
+
+def step(args: argparse.Namespace, cal: Any, model: Any, prec: Any, fused: bool, a: Any) -> dict[str, Any]:
+    """The calibrated forecast of a model step: per operator and in total (JSON-ready)."""
+    from attnroof.calibration.forecast import step_forecast
+    from attnroof.model.layers import model_ops
+
+    ops = model_ops(model, args.phase, args.batch, args.context, prec, fused=fused)
+    fcs = step_forecast(
+        cal, ops, phase=args.phase, context=args.context, head_dim=model.head_dim, impl=args.impl
+    )
+    total = sum(o.count * o.time_s for o in fcs)
+    low = sum(o.count * o.low_s for o in fcs)
+    high = sum(o.count * o.high_s for o in fcs)
+    decode = args.phase == "decode"
+    return {
+        "time_s": total,
+        "low_s": low,
+        "high_s": high,
+        "tokens_per_s": args.batch / total if decode else None,
+        "bound_time_s": a.totals.time_s,
+        "ops": [o.to_json() for o in fcs],
+    }
+
+
+def step_text(pred: dict[str, Any], bound_s: float, batch: int, decode: bool) -> str:
+    from attnroof.calibration.forecast import OpForecast
+    from attnroof.text.calibration import step_forecast_text
+
+    ops = [
+        OpForecast(o["name"], o["count"], o["time_s"], o["low_s"], o["high_s"], o["by"]) for o in pred["ops"]
+    ]
+    return step_forecast_text(ops, bound_s, batch, decode)
