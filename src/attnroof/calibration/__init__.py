@@ -13,6 +13,7 @@ to forecast for another.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,9 +53,12 @@ class ImplFit:
 
     @property
     def band(self) -> tuple[float, float]:
-        """(lowest, highest) signed held-out error, predicted/measured − 1; (0, 0) without any."""
-        errs = [h.error for h in self.held]
-        return (min(errs), max(errs)) if errs else (0.0, 0.0)
+        """(low, high) relative error of a forecast, predicted/measured − 1: symmetric in log time
+        at the largest held-out miss, ``e^±r − 1`` for ``r = max |log(predicted/measured)|``; (0, 0)
+        without held-out forecasts. For exchangeable errors, the next shape's error lies inside
+        the largest of ``n`` with probability n/(n + 1): 92% for 12 shapes, 75% for 3."""
+        r = max((abs(math.log(h.predicted_s / h.point.time_s)) for h in self.held), default=0.0)
+        return (math.exp(-r) - 1, math.exp(r) - 1)
 
     def to_json(self) -> dict[str, Any]:
         p = self.fit.params
@@ -224,7 +228,11 @@ def write(path: str | os.PathLike[str], cals: Sequence[Calibration]) -> None:
 def read(path: str | os.PathLike[str]) -> list[Calibration]:
     """The calibrations of a file :func:`write` made; :class:`InputError` naming the file for
     anything else."""
-    data = parse_json(read_text(path, "calibration file", InputError), str(path), InputError)
+    text = read_text(path, "calibration file", InputError)
+    try:
+        data = parse_json(text, str(path), InputError)
+    except InputError as e:
+        raise InputError(f"not an attnroof calibration file: {e}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise InputError(f"{str(path)!r} is not an attnroof calibration file (format {FORMAT})")
     try:

@@ -1,8 +1,8 @@
 """Forecasts from a calibration: one operator at one shape, or a whole model's step.
 
-A forecast is the fitted model's time with a band from the fit's own held-out errors: if held-out
-forecasts of this implementation ran from 10% under to 20% over the measured time, a forecast
-``t`` gives a measured time between ``t/1.2`` and ``t/0.9``.
+A forecast is the fitted model's time with a band from the fit's own held-out errors: if the
+largest held-out miss of this implementation was a factor 1.2 (either way), a forecast ``t``
+gives a measured time between ``t/1.2`` and ``1.2·t``.
 """
 
 from __future__ import annotations
