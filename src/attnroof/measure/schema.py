@@ -63,7 +63,7 @@ FIGURES = (
     "efficiency", "catalog_bound_time_s", "catalog_efficiency", "ncu_bytes", "ncu_ratio", "rel_error",
 )  # fmt: skip
 """Figures that are finite and not negative, or null."""
-TEXTS = ("device", "reason", "timestamp", "timing")
+TEXTS = ("device", "reason", "timestamp", "timing", "ncu_cache_control")
 """Fields that are strings, or null."""
 MODELS = ("fused", "unfused", "unfused, mask pass")
 """The cost a point is placed against; the third is causal eager attention (every score, then a

@@ -1,0 +1,118 @@
+"""The CUDA path's failure modes, each exercised on the CPU with stand-ins: ncu without counter
+permission, a timed-out ncu's process group, ncu's cache control beside the bytes, triton's
+``do_bench`` failing to build its helper, the tf32 switch and the pinned SDPA backend's warning."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+import warnings
+
+import pytest
+
+from attnroof.measure import ncu
+from attnroof.measure.ncu import NcuError
+
+PERM_OUTPUT = """==PROF== Connected to process 4242 (/usr/bin/python3.11)
+==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0. For instructions on enabling permissions and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM
+==PROF== Disconnected from process 4242
+==WARNING== No kernels were profiled.
+"""
+
+
+def test_counter_permission_is_said_not_no_csv_header():
+    with pytest.raises(NcuError, match="ERR_NVGPUCTRPERM: no permission to read GPU performance counters"):
+        ncu.check_errors(PERM_OUTPUT, 0)  # ncu exits 0 here: the return code alone does not tell
+
+
+def test_other_ncu_errors_surface_ncu_own_line():
+    with pytest.raises(NcuError, match="ncu: Failed to connect"):
+        ncu.check_errors("==ERROR== Failed to connect to process\n", 1)
+    ncu.check_errors("==WARNING== something\n", 0)  # warnings are not errors
+
+
+def test_profile_with_a_fake_ncu_without_permission(tmp_path, monkeypatch):
+    from attnroof.measure.kernels import linear_case
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + PERM_OUTPUT + "EOF\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(NcuError, match="ERR_NVGPUCTRPERM") as e:
+        ncu.profile([linear_case(16, 64, 64)], timeout_s=30)
+    assert "CSV header" not in str(e.value)
+
+
+def test_timed_out_ncu_takes_its_child_with_it(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = f"sleep 60 & echo $! > {pidfile}; wait"
+    t = time.monotonic()
+    code, _, _ = ncu.run_group(["sh", "-c", script], dict(os.environ), 1.0)
+    assert code is None and time.monotonic() - t < 30
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    # the grandchild (the profiled process, here `sleep`) is gone, not re-parented and alive
+    alive = subprocess.run(
+        ["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True
+    ).stdout.strip()
+    assert alive in ("", "Z"), alive
+
+
+def test_ncu_cache_control_is_said_beside_the_bytes():
+    res = ncu.NcuResult(100.0, 50.0, 1e-3, 2)
+    rec = {"key": "a", "bytes": 100.0}
+    ncu.attach([rec], {"a": res})
+    assert rec["ncu_bytes"] == 150.0 and rec["ncu_cache_control"].startswith("all: L2 flushed")
+
+
+# ---------------------------------------------------------------- timing: do_bench that cannot build
+
+
+class _Dev:
+    is_cuda = True
+
+
+def test_do_bench_failing_falls_back_to_cuda_events_and_says_so_once(monkeypatch):
+    from attnroof.measure import timing
+
+    def do_bench(*a, **k):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    monkeypatch.setattr(timing, "_DO_BENCH_BROKEN", None)
+    calls = []
+    monkeypatch.setattr(
+        timing,
+        "_cuda_events",
+        lambda fn, dev, budget, flush: calls.append(1) or timing.Timing(1e-3, 3, "CUDA events"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t1 = timing.time_kernel(lambda: None, _Dev())  # type: ignore[arg-type]
+        t2 = timing.time_kernel(lambda: None, _Dev())  # type: ignore[arg-type]
+    assert t1.method == t2.method == "CUDA events" and len(calls) == 2
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "do_bench" in said[0] and "C compiler" in said[0] and "CUDA events" in said[0]
+
+
+def test_do_bench_called_process_error_is_caught_too(monkeypatch):
+    from attnroof.measure import timing
+
+    def do_bench(*a, **k):
+        raise subprocess.CalledProcessError(1, ["gcc"])
+
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setattr(timing, "_DO_BENCH_BROKEN", None)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert timing._do_bench(lambda: None, timing.QUICK) is None
+    assert timing._DO_BENCH_BROKEN and "CalledProcessError" in timing._DO_BENCH_BROKEN
