@@ -116,3 +116,38 @@ def test_do_bench_called_process_error_is_caught_too(monkeypatch):
         warnings.simplefilter("always")
         assert timing._do_bench(lambda: None, timing.QUICK) is None
     assert timing._DO_BENCH_BROKEN and "CalledProcessError" in timing._DO_BENCH_BROKEN
+
+
+# ---------------------------------------------------------------- the tf32 switch
+
+
+def test_tf32_switch_keeps_legacy_reads_working():
+    """Setting only ``fp32_precision`` (torch ≥ 2.9) makes a legacy ``allow_tf32`` read inside the
+    block fail torch's "mix of the legacy and new APIs" check; the switch does not."""
+    torch = pytest.importorskip("torch")
+    from attnroof.measure.ceilings import _tf32
+
+    before = torch.get_float32_matmul_precision()
+    with _tf32(torch, True):
+        assert torch.backends.cuda.matmul.allow_tf32 is True  # a legacy read: no error
+        assert torch.get_float32_matmul_precision() == "high"
+    with _tf32(torch, False):
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.get_float32_matmul_precision() == before
+
+
+# ---------------------------------------------------------------- SDPA's skip reason
+
+
+def test_skip_reason_keeps_the_pinned_backend_line():
+    from attnroof.measure.kernels import pinned_warnings
+
+    caught = [
+        "Memory efficient kernel not used because: the head dim 512 is above 256",
+        "Flash attention kernel not used because: head dim 512 > 256",
+        "cuDNN attention kernel not used because: cudnn does not support head dim 512",
+    ]
+    assert pinned_warnings("sdpa-cudnn", caught) == [caught[2]]
+    assert pinned_warnings("sdpa-flash", caught) == [caught[1]]
+    assert pinned_warnings("sdpa-efficient", caught) == [caught[0]]
+    assert pinned_warnings("sdpa-cudnn", ["something else"]) == ["something else"]  # nothing better to say

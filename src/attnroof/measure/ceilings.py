@@ -204,25 +204,21 @@ def _matmuls(
 
 class _tf32:
     """Allow (or forbid) tf32 matmuls inside the block, so that fp32 ceilings are true fp32.
-    Uses ``fp32_precision`` where torch has it (≥ 2.9), else ``allow_tf32``."""
+
+    ``torch.set_float32_matmul_precision`` ("high" = tf32, "highest" = ieee) is the one switch
+    torch keeps consistent across its legacy (``allow_tf32``) and new (``fp32_precision``) APIs:
+    setting only ``fp32_precision`` on torch ≥ 2.9 makes any legacy read inside the block (cuBLAS
+    dispatch, a library) fail torch's "mix of the legacy and new APIs" check."""
 
     def __init__(self, torch: Any, on: bool) -> None:
-        self.matmul, self.on = torch.backends.cuda.matmul, on
-        self.new_api = hasattr(self.matmul, "fp32_precision")
+        self.torch, self.on = torch, on
 
     def __enter__(self) -> None:
-        if self.new_api:
-            self.saved = self.matmul.fp32_precision
-            self.matmul.fp32_precision = "tf32" if self.on else "ieee"
-        else:
-            self.saved = self.matmul.allow_tf32
-            self.matmul.allow_tf32 = self.on
+        self.saved = self.torch.get_float32_matmul_precision()
+        self.torch.set_float32_matmul_precision("high" if self.on else "highest")
 
     def __exit__(self, *exc: object) -> None:
-        if self.new_api:
-            self.matmul.fp32_precision = self.saved
-        else:
-            self.matmul.allow_tf32 = self.saved
+        self.torch.set_float32_matmul_precision(self.saved)
 
 
 def best(records: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], Mapping[str, Any]]:
