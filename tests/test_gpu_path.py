@@ -151,3 +151,31 @@ def test_skip_reason_keeps_the_pinned_backend_line():
     assert pinned_warnings("sdpa-flash", caught) == [caught[1]]
     assert pinned_warnings("sdpa-efficient", caught) == [caught[0]]
     assert pinned_warnings("sdpa-cudnn", ["something else"]) == ["something else"]  # nothing better to say
+
+
+# ---------------------------------------------------------------- models that match what runs
+
+
+def test_eager_mask_is_counted_per_query_head_like_s():
+    from attnroof.ops import attention
+
+    s, d, g = 512, 64, 4
+    cost = attention(s, d, causal=True, mask_pass=True, group=g)
+    mask = next(a for st in cost for a in st.reads if a.tensor == "mask")
+    score = next(a for st in cost for a in st.writes if a.tensor == "S")
+    assert mask.bytes == g * s * s * 1  # one bool byte per score, 4 query heads
+    assert score.bytes == g * s * s * 2  # bf16 scores: the same count of elements
+
+
+def test_sdpa_math_is_not_in_efficiency_claims():
+    from attnroof.devices import get_device
+    from attnroof.measure.records import new_record, place_record, set_time
+
+    dev = get_device("h200")
+    shape = {"s": 512, "d": 64, "batch": 1, "heads": 2, "group": 1, "causal": False}
+    math_rec = set_time(new_record("k", "attention", "sdpa-math", shape, "bf16", "x"), 1e-3, 1e9, 1e7)
+    eager = set_time(new_record("k", "attention", "eager", shape, "bf16", "x"), 1e-3, 1e9, 1e7)
+    place_record(math_rec, dev, dev)
+    place_record(eager, dev, dev)
+    assert math_rec["bound_time_s"] == eager["bound_time_s"] and math_rec["efficiency"] is None
+    assert eager["efficiency"] is not None
