@@ -179,3 +179,25 @@ def test_sdpa_math_is_not_in_efficiency_claims():
     place_record(eager, dev, dev)
     assert math_rec["bound_time_s"] == eager["bound_time_s"] and math_rec["efficiency"] is None
     assert eager["efficiency"] is not None
+
+
+# ---------------------------------------------------------------- true ceilings
+
+
+def test_stream_readers_need_triton(monkeypatch):
+    from attnroof.measure.ceilings import stream_readers
+
+    monkeypatch.setitem(sys.modules, "triton", None)
+    assert stream_readers(object(), object()) == {}  # x.sum() stands alone: no error
+
+
+def test_roof_check_tells_a_low_ceiling_from_a_wrong_count():
+    from attnroof.text.measure import roof_check
+
+    base = {"efficiency": 1.1, "impossible": True, "bytes": 1000.0}
+    low = roof_check([{**base, "key": "decode/sdpa-cudnn", "ncu_bytes": 1010.0}])
+    wrong = roof_check([{**base, "key": "attention/eager", "ncu_bytes": 600.0}])
+    unknown = roof_check([{**base, "key": "linear/linear", "ncu_bytes": None}])
+    assert "a kernel beat the ceiling, so the ceiling is low" in low
+    assert "ncu counted only 0.60× the model's bytes: the byte count is wrong" in wrong
+    assert "rerun with --ncu" in unknown
