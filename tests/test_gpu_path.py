@@ -201,3 +201,13 @@ def test_roof_check_tells_a_low_ceiling_from_a_wrong_count():
     assert "a kernel beat the ceiling, so the ceiling is low" in low
     assert "ncu counted only 0.60× the model's bytes: the byte count is wrong" in wrong
     assert "rerun with --ncu" in unknown
+
+
+def test_gpu_check_writes_its_summary_before_anything_can_time_out(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.sh")
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    env = dict(os.environ, OUT=str(tmp_path), CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 2  # no CUDA here: said, in the summary already
+    text = (tmp_path / "summary.txt").read_text()
+    assert text.startswith("gpu_check ") and "torch with CUDA is needed" in text
