@@ -66,7 +66,7 @@ class ImplFit:
             "kind": self.kind,
             "operator_class": OPERATOR_CLASS[self.kind],
             "impl": self.impl,
-            "points": len(self.points),
+            "points": len(self.points) or len(self.held),
             "params": {
                 "t0_s": p.t0_s,
                 "eta_compute": {str(d) if d else "any": v for d, v in p.eta_compute.items()},
