@@ -1,43 +1,120 @@
 #!/usr/bin/env bash
-# GPU check for `attnroof measure`: ceilings, then the quick campaign with Nsight Compute DRAM
-# bytes, on the local CUDA device. Meant to finish in under 5 minutes on one H200.
+# GPU check: every CUDA branch of attnroof once, then calibrate and forecast held-out shapes, on
+# the local CUDA device. Never run on a GPU before: each step has its own time limit, and
+# summary.txt is written AS IT GOES (a step that fails or times out is marked and the next runs),
+# so a run cut short still says what it saw.
 #
 #   benchmarks/gpu_check.sh            # writes under $OUT if set, else results/
 #
-# Writes: ceilings.json (usable as --device FILE), ceilings.txt, results.jsonl (one measurement a
-# line), summary.txt (the table and the roof check), progress.log, env.txt.
-set -euo pipefail
+# Steps (limit): env; ncu permission probe (60 s); ceilings with the Triton read kernel (120 s);
+# each implementation × dtype once (bf16, fp16, fp32 with the tf32 switch; 240 s); the timers
+# (do_bench and CUDA events, 60 s); `--ncu` through the real child (180 s); the quick suite
+# (300 s); calibrate on part of it and forecast the rest (120 s).
+# Writes: summary.txt, env.txt, ceilings.json, results.jsonl, cal.json, forecast.txt, one
+# <step>.log per step.
+set -uo pipefail
 
 cd "$(dirname "$0")/.."
 out="${OUT:-results}"
 mkdir -p "$out"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py="${PYTHON:-python}"
+summary="$out/summary.txt"
+: > "$summary"
 
+say() { echo "$*" | tee -a "$summary"; }
+
+# step NAME LIMIT_S COMMAND...: run with a time limit, log to NAME.log, one line in the summary now
+step() {
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS rc
+    timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    local took=$((SECONDS - t0))
+    if [ $rc -eq 0 ]; then
+        say "ok      $name (${took} s)"
+    elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        say "TIMEOUT $name after ${limit} s: $(tail -n 1 "$out/$name.log")"
+    else
+        say "FAILED  $name (exit $rc, ${took} s): $(grep -m1 -E 'error|Error' "$out/$name.log" || tail -n 1 "$out/$name.log")"
+    fi
+    return 0
+}
+
+say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    echo "gpu_check: torch with CUDA is needed (pip install 'attnroof[measure]' on a GPU machine)" >&2
+    say "gpu_check: torch with CUDA is needed (pip install 'attnroof[measure]' on a GPU machine)"
     exit 2
 fi
-
 {
-    date -u +"%Y-%m-%dT%H:%M:%SZ"
     "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
     "$py" -c 'import triton; print("triton", triton.__version__)' 2>/dev/null || echo "triton: absent (CUDA events timing)"
+    command -v cc >/dev/null && echo "C compiler: $(command -v cc)" || echo "C compiler: none (do_bench cannot build; CUDA events)"
     command -v ncu >/dev/null && ncu --version | tail -1 || echo "ncu: not on PATH"
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null || true
 } > "$out/env.txt" 2>&1
-cat "$out/env.txt"
+sed 's/^/  env: /' "$out/env.txt" | tee -a "$summary"
 
-# Compare with the catalog's H200 when this checkout's catalog has one.
-catalog=()
-if "$py" -m attnroof attention -s 1k -d 64 --device h200 >/dev/null 2>&1; then
-    catalog=(--device h200)
-fi
+dev=(--device h200)
+"$py" -m attnroof attention -s 1k -d 64 --device h200 >/dev/null 2>&1 || dev=()
 
-timeout 60 "$py" -m attnroof measure ceilings --quick "${catalog[@]}" -o "$out/ceilings.json" \
-    | tee "$out/ceilings.txt"
+# ncu permission: one tiny case under ncu; ERR_NVGPUCTRPERM is said in one line
+step ncu-probe 60 "$py" -m attnroof measure linear -n 16 -k 256 -m 256 --ncu --json
 
-ATTNROOF_NCU_TIMEOUT_S=130 timeout 220 "$py" -m attnroof measure suite --quick --ncu --ceilings "$out/ceilings.json" "${catalog[@]}" \
-    -o "$out/results.jsonl" 2> "$out/progress.log" | tee "$out/summary.txt"
+step ceilings 120 "$py" -m attnroof measure ceilings --quick "${dev[@]}" -o "$out/ceilings.json"
+ceil=()
+[ -s "$out/ceilings.json" ] && ceil=(--ceilings "$out/ceilings.json")
 
-echo "gpu_check: wrote $out/results.jsonl ($(wc -l < "$out/results.jsonl") records) and $out/summary.txt"
+for dt in bf16 fp16 fp32; do
+    step "attention-$dt" 120 "$py" -m attnroof measure attention -s 1024 -d 128 --heads 8 --causal --dtype "$dt" "${ceil[@]}" --json
+    step "decode-$dt" 60 "$py" -m attnroof measure decode -s 4096 -d 128 --batch 4 --heads 32 --group 4 --dtype "$dt" "${ceil[@]}" --json
+    step "linear-$dt" 60 "$py" -m attnroof measure linear -n 1024 -k 4096 -m 4096 --dtype "$dt" "${ceil[@]}" --json
+done
+
+# the two timers: do_bench (triton; falls back to CUDA events, said once) and plain CUDA events
+step timer-do-bench 60 "$py" - <<'PY'
+import torch
+from attnroof.measure.env import local_device
+from attnroof.measure.timing import QUICK, time_kernel
+dev = local_device("cuda")
+x = torch.randn(1 << 24, device="cuda")
+print(time_kernel(lambda: x.sum(), dev, QUICK), time_kernel(lambda: x.sum(), dev, QUICK, flush=False))
+PY
+
+step ncu-suite 180 env ATTNROOF_NCU_TIMEOUT_S=150 "$py" -m attnroof measure attention -s 2048 -d 128 --heads 16 --ncu "${ceil[@]}" --json
+
+step suite 300 "$py" -m attnroof measure suite --quick "${ceil[@]}" "${dev[@]}" -o "$out/results.jsonl" --resume
+tail -n 3 "$out/suite.log" | sed 's/^/  suite: /' | tee -a "$summary"
+
+# calibrate on every other shape, forecast the rest, compare with what was measured
+step calibrate 120 "$py" - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+from attnroof import calibration
+from attnroof.calibration.forecast import forecast
+from attnroof.calibration.fit import summary
+out = Path(sys.argv[1])
+recs = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines() if l.strip()]
+ok = [r for r in recs if r["status"] == "ok" and r["kind"] in ("attention", "decode", "linear") and r["impl"] != "sdpa-math"]
+held = [r for i, r in enumerate(ok) if i % 3 == 1]
+train = [r for r in recs if r not in held]
+cals = calibration.calibrate(train)
+calibration.write(out / "cal.json", cals)
+errs, lines, inside = [], [], 0
+for r in held:
+    cal = next(c for c in cals if c.dtype == r["dtype"])
+    try:
+        (fc,) = forecast(cal, r["kind"], r["shape"], r["impl"])
+    except Exception as e:
+        lines.append(f"{r['key']}: no forecast ({e})"); continue
+    errs.append(fc.time_s / r["time_s"] - 1); inside += fc.low_s <= r["time_s"] <= fc.high_s
+    lines.append(f"{r['key']}: measured {r['time_s']:.3e} s forecast {fc.time_s:.3e} s ({errs[-1]:+.1%})")
+s = summary(errs)
+lines.append(f"held-out forecasts: {s['n']}, median {s['median']}, p90 {s['p90']}, inside band {inside}")
+(out / "forecast.txt").write_text("\n".join(lines) + "\n")
+print(lines[-1])
+PY
+tail -n 1 "$out/forecast.txt" 2>/dev/null | sed 's/^/  forecast: /' | tee -a "$summary"
+[ -s "$out/results.jsonl" ] && "$py" benchmarks/calibration.py "$out/results.jsonl" > "$out/accuracy.txt" 2>&1 \
+    && sed 's/^/  accuracy: /' "$out/accuracy.txt" | tee -a "$summary"
+say "gpu_check: done $(date -u +%H:%M:%SZ); see $out/*.log"

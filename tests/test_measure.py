@@ -70,6 +70,9 @@ def test_every_implementation_checked_timed_and_placed(dev):
         assert rec["rel_error"] <= K.TOLERANCE[rec["dtype"]]
         assert rec["time_s"] > 0
         assert rec["achieved_flops_per_s"] == pytest.approx(rec["flops"] / rec["time_s"])
+        if rec["impl"] == "sdpa-math":  # not modelled as it runs: a bound, no efficiency claimed
+            assert rec["efficiency"] is None and rec["catalog_efficiency"] is None
+            continue
         assert rec["efficiency"] == pytest.approx(rec["bound_time_s"] / rec["time_s"])
         if rec["dtype"] == "bf16":  # device R has a bf16 peak only
             assert rec["catalog_efficiency"] == pytest.approx(rec["catalog_bound_time_s"] / rec["time_s"])

@@ -17,6 +17,7 @@ MODULE_OF_COMMAND = {
     "plot": "plot",
     "report": "plot",
     "model": "model",
+    "calibrate": "calibrate",
 }
 """Which module defines each command, so that running one imports only its module (the full
 parser, for ``--help`` and a mistyped command, imports them all). A test keeps it in step."""

@@ -10,6 +10,7 @@ from attnroof.analysis import (
     Comparison,
     stage_json,
 )
+from attnroof.commands import _calibration
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -141,12 +142,14 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     _latent_args(p)
     add_pass_arg(p)
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
-def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -> int:
-    """Unfused against fused for ``formula`` (the operator table's attention or decode) at the
-    shape and heads the flags give, as JSON or as text under ``title``."""
+def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> int:
+    """Unfused against fused for operator ``kind`` (attention or decode) in the pass ``--pass``
+    asks for, at the shape and heads the flags give, as JSON or as text under ``title``."""
+    formula = pass_formula(kind, args.pass_)
     dev, dt, roof = roof_from_args(args)
     kw = dict(
         group=args.group,
@@ -157,9 +160,25 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
         **extra,
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
+    cal = _calibration.load(args, dev, dt)
+    fc = None
+    if cal is not None:
+        require(
+            args.pass_ == "fwd", "--calibration forecasts the forward pass (measured kernels); drop --pass"
+        )
+        shape = {k: getattr(args, k) for k in ("s", "d", "batch", "heads", "group")}
+        fc = _calibration.predicted(args, cal, kind, {**shape, "causal": bool(extra.get("causal"))})
     if args.json:
+        pred = {} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}
         emit_json(
-            {"device": dev.name, "dtype": dt.name, **_shape_json(args), **pass_json(args), **cmp.to_json()}
+            {
+                "device": dev.name,
+                "dtype": dt.name,
+                **_shape_json(args),
+                **pass_json(args),
+                **cmp.to_json(),
+                **pred,
+            }
         )
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
@@ -169,6 +188,8 @@ def _compare(args: argparse.Namespace, formula: Any, title: str, **extra: Any) -
 
             text += "\n\n" + recompute_note(cmp)
         print(text)
+        if fc is not None:
+            print("\n" + _calibration.predicted_text(fc, cmp.fused.placement.time_s, cal))
     return 0
 
 
@@ -178,7 +199,7 @@ def _attention_run(args: argparse.Namespace) -> int:
         return _latent_run(args, widths, decode_step=False)
     mask = " causal" if args.causal else ""
     title = f"attention {WORDS[args.pass_]}{mask}: s={args.s} d={args.d}"
-    return _compare(args, pass_formula("attention", args.pass_), title, causal=args.causal)
+    return _compare(args, "attention", title, causal=args.causal)
 
 
 def _shape_json(args: argparse.Namespace) -> dict[str, object]:
@@ -199,6 +220,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     _latent_args(p)
     add_pass_arg(p)
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -208,7 +230,7 @@ def _decode_run(args: argparse.Namespace) -> int:
         return _latent_run(args, widths, decode_step=True)
     what = "" if args.pass_ == "fwd" else f" {WORDS[args.pass_]}"
     title = f"decode{what}: one token against a KV cache of {args.s}, d={args.d}"
-    return _compare(args, pass_formula("decode", args.pass_), title)
+    return _compare(args, "decode", title)
 
 
 # ---------------------------------------------------------------- linear
@@ -228,6 +250,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
     add_pass_arg(p)
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -246,6 +269,16 @@ def _linear_run(args: argparse.Namespace) -> int:
     cost = gemm(args.n)
     p = place(cost, roof)
     cross = affine_crossover(gemm, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
+    cal = _calibration.load(args, dev, dt)
+    require(
+        cal is None or args.pass_ == "fwd",
+        "--calibration forecasts the forward pass (measured kernels); drop --pass",
+    )
+    fc = (
+        None
+        if cal is None
+        else _calibration.predicted(args, cal, "linear", {"n": args.n, "k": args.k, "m": args.m})
+    )
     if args.json:
         emit_json(
             {
@@ -259,6 +292,7 @@ def _linear_run(args: argparse.Namespace) -> int:
                 **p.to_json(),
                 "stages": [stage_json(s) for s in cost],
                 "crossover": {"n_min": cross.s_min, **cross.to_json()},
+                **({} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}),
             }
         )
         return 0
@@ -268,6 +302,8 @@ def _linear_run(args: argparse.Namespace) -> int:
 
         text = linear_pass_text(args.pass_, text, cost, roof)
     print(text)
+    if fc is not None:
+        print("\n" + _calibration.predicted_text(fc, p.time_s, cal))
     return 0
 
 

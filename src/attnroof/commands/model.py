@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from attnroof.commands import _calibration
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -72,6 +73,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     add_train_args(p)
     add_device_args(p)
+    _calibration.add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -150,14 +152,20 @@ def _run(args: argparse.Namespace) -> int:
 def _single(job: _Job) -> int:
     batch = job.args.batch
     a = job.analyse(batch)
+    cal = _calibration.load(job.args, job.device, job.dt)
+    pred = None if cal is None else _calibration.step(job.args, cal, job.model, job.prec, job.fused, a)
     if job.args.json:
         ops = [o.to_json() for o in a.ops]
         totals, mem = a.totals.to_json(), a.memory.to_json()
+        extra = {} if pred is None else {"predicted": pred}
         emit_json(
             {**job.json_head(), "batch": batch, "ops": ops, "totals": totals, "memory": mem, "notes": a.notes}
+            | extra
         )
         return 0
     print(step_text(job.setting, a))
+    if pred is not None:
+        print("\n" + _calibration.step_text(pred, a.totals.time_s, batch, job.args.phase == "decode"))
     return 0
 
 

@@ -219,11 +219,40 @@ def _sdpa(dev: TorchDevice, impl: str, q: Any, k: Any, v: Any, causal: bool) -> 
         except RuntimeError as e:
             if not any(m in str(e) for m in UNAVAILABLE):
                 raise
-            why = "; ".join(str(w.message) for w in caught) or f"no such kernel on {dev.device.type}"
+            why = "; ".join(pinned_warnings(impl, [str(w.message) for w in caught]))
+            why = why or f"no such kernel on {dev.device.type}"
             raise Unavailable(
                 f"{SDPA_BACKENDS[impl]} unavailable for these inputs: {_one_line(why)}"
             ) from None
     return run
+
+
+BACKEND_WORDS = {
+    "sdpa-flash": ("flash",),
+    "sdpa-efficient": ("memory efficient", "mem efficient", "mem-efficient", "efficient attention"),
+    "sdpa-cudnn": ("cudnn",),
+    "sdpa-math": ("math",),
+}
+"""How torch's warnings name each backend ("Flash attention kernel not used because", "Memory
+efficient kernel not used because", "cuDNN attention kernel not used because")."""
+
+
+def pinned_warnings(impl: str, messages: list[str]) -> list[str]:
+    """The warnings about the pinned backend: with one backend pinned, torch warns about every
+    other backend first, which is noise about kernels that were not asked for. All of them when
+    none names the pinned one.
+
+    >>> pinned_warnings("sdpa-cudnn", ["Memory efficient kernel not used because: x",
+    ...                                "cuDNN attention kernel not used because: head dim"])
+    ['cuDNN attention kernel not used because: head dim']
+    """
+    words = BACKEND_WORDS.get(impl, ())
+    mine = [m for m in messages if any(w in m.lower() for w in words)]
+    if impl == "sdpa-flash":  # "flash" must not catch the others' mentions of it
+        mine = [
+            m for m in mine if m.lower().lstrip().startswith(("flash", "torch was not compiled with flash"))
+        ] or mine
+    return mine or messages
 
 
 def _math_in_input_dtype(torch: Any) -> Callable[[], Any]:

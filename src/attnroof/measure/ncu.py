@@ -11,11 +11,13 @@ that case's. The parser needs no torch.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,19 @@ UNITS = {
     "s": 1.0, "second": 1.0,
 }  # fmt: skip
 """ncu's units to SI (bytes, seconds). ncu's K/M/G prefixes on bytes are decimal."""
+
+CACHE_CONTROL = "all"
+"""ncu's ``--cache-control``, given explicitly: ``all`` flushes every cache before each profiled
+kernel, so a case of several kernels reads more (nothing is left in L2 by the kernel before) and
+writes less than when it is timed. Records say so beside the bytes (``ncu_cache_control``)."""
+CACHE_CONTROL_NOTE = (
+    "all: L2 flushed before each kernel (multi-kernel cases read more, write less than timed)"
+)
+PERMISSION = "ERR_NVGPUCTRPERM"
+PERMISSION_HINT = (
+    "no permission to read GPU performance counters: run as root, or load the driver with "
+    "NVreg_RestrictProfilingToAdminUsers=0 (in a container: --cap-add SYS_ADMIN)"
+)
 
 
 class NcuError(AttnroofError):
@@ -159,6 +174,8 @@ def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str
             "--csv",
             "--clock-control",
             "none",
+            "--cache-control",
+            CACHE_CONTROL,
             "--profile-from-start",  # only what the child brackets with cudaProfilerStart/Stop:
             "off",  # the marked runs, not the set-up kernels (random inputs, warm-up)
             sys.executable,
@@ -167,20 +184,14 @@ def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str
             str(todo),
             str(done),
         ]
-        try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False
-            )
-            out, complete = proc.stdout, True
-        except subprocess.TimeoutExpired as e:  # keep the cases that finished before the limit
-            raw = e.stdout or b""
-            out, complete = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw), False
-            proc = None
+        code, out, err = run_group(cmd, env, timeout_s)
+        complete = code is not None
+        check_errors(out + "\n" + err, code)
         if not done.exists():
-            if proc is None:
+            if code is None:
                 raise NcuError(f"ncu ran past {timeout_s:.0f} s before any case finished") from None
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise NcuError(f"ncu run failed (exit {proc.returncode}): {tail[0]}")
+            tail = (err or out).strip().splitlines()[-1:] or ["no output"]
+            raise NcuError(f"ncu run failed (exit {code}): {tail[0]}")
         keys = json.loads(done.read_text())  # written after every case: as far as the child got
     groups = between_markers(parse_csv(out))
     if complete and len(groups) != len(keys):
@@ -194,12 +205,50 @@ def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str
     return {k: summarize(g) for (k, ok), g in zip(keys, groups, strict=False) if ok}
 
 
+def run_group(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int | None, str, str]:
+    """Run ``cmd`` in a session of its own: (exit status, stdout, stderr), status ``None`` when it
+    ran past ``timeout_s``. Then the **whole process group** is killed, so that the profiled child
+    does not live on holding GPU memory; what it printed until then is returned."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env), start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out or "", err or ""
+
+
+def check_errors(text: str, code: int | None) -> None:
+    """Raise :class:`NcuError` with ncu's own ``==ERROR==`` line when it printed one and no
+    profile came out (no counter permission is the common case in containers)."""
+    errors = [ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("==ERROR==")]
+    if not errors:
+        return
+    if any(PERMISSION in e for e in errors):
+        raise NcuError(f"ncu: {PERMISSION}: {PERMISSION_HINT}")
+    if not _has_profile(text) or code not in (0, None):
+        raise NcuError(f"ncu: {errors[0].removeprefix('==ERROR==').strip()}")
+
+
+def _has_profile(text: str) -> bool:
+    try:
+        return bool(parse_csv(text))
+    except NcuError:
+        return False
+
+
 def attach(records: Iterable[dict[str, Any]], results: Mapping[str, NcuResult]) -> None:
-    """``ncu_bytes`` (DRAM read + written) and ``ncu_ratio`` (measured / model bytes) into records."""
+    """``ncu_bytes`` (DRAM read + written) and ``ncu_ratio`` (measured / model bytes) into records,
+    and ``ncu_cache_control``: how ncu treated the caches while it counted."""
     for rec in records:
         res = results.get(rec["key"])
         if res is None:
             continue
+        rec["ncu_cache_control"] = CACHE_CONTROL_NOTE
         rec["ncu_bytes"] = res.bytes
         rec["ncu_ratio"] = res.bytes / rec["bytes"] if rec.get("bytes") else None
 

@@ -91,17 +91,26 @@ def bound_time(device: Device | None, dt: str, flops: float, nbytes: float) -> f
     return place((flops, nbytes), Roof(peak, device.bandwidth_bytes_per_s)).time_s
 
 
+NOT_MODELLED = frozenset({"sdpa-math"})
+"""Implementations whose stage table is not what runs: torch's math SDPA backend scales Q and K
+in separate passes, builds the causal mask in the query dtype (2 B per score) and its safe
+softmax adds passes, about 16 B per score where the unfused model counts 8. Their bound is shown,
+but no efficiency is claimed for them (``efficiency`` is null)."""
+
+
 def place_record(
     rec: dict[str, Any], measured: Device | None, catalog: Device | None = None
 ) -> dict[str, Any]:
     """Bound and efficiency (bound / measured time) on the measured ceilings and on the catalog
-    device; ``impossible`` when the point lies above the measured roof."""
+    device; ``impossible`` when the point lies above the measured roof. No efficiency for an
+    implementation that is :data:`NOT_MODELLED`."""
     if rec["status"] != OK or rec["time_s"] is None:
         return rec
+    claim = rec.get("impl") not in NOT_MODELLED
     for prefix, device in (("", measured), ("catalog_", catalog)):
         bound = bound_time(device, rec["dtype"], rec["flops"], rec["bytes"])
         rec[f"{prefix}bound_time_s"] = bound
-        rec[f"{prefix}efficiency"] = None if bound is None else bound / rec["time_s"]
+        rec[f"{prefix}efficiency"] = None if bound is None or not claim else bound / rec["time_s"]
     eff = rec["efficiency"]
     rec["impossible"] = bool(eff is not None and eff > IMPOSSIBLE_TOLERANCE)
     return rec

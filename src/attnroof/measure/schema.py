@@ -63,9 +63,11 @@ FIGURES = (
     "efficiency", "catalog_bound_time_s", "catalog_efficiency", "ncu_bytes", "ncu_ratio", "rel_error",
 )  # fmt: skip
 """Figures that are finite and not negative, or null."""
-TEXTS = ("device", "reason", "timestamp", "timing")
+TEXTS = ("device", "reason", "timestamp", "timing", "ncu_cache_control")
 """Fields that are strings, or null."""
-MODELS = ("fused", "unfused")
+MODELS = ("fused", "unfused", "unfused, mask pass")
+"""The cost a point is placed against; the third is causal eager attention (every score, then a
+mask pass), as the GPU runs of the reference data wrote it."""
 
 
 def _fail(where: str, message: str) -> InputError:
@@ -128,7 +130,7 @@ def validate_record(rec: Any, where: str, *, keyed: bool = False) -> dict[str, A
         if rec.get(field) is not None and not isinstance(rec[field], bool):
             raise _fail(where, f"{field} = {_show(rec[field])} must be true or false")
     if rec.get("model") is not None and rec["model"] not in MODELS:
-        raise _fail(where, f"model = {_show(rec['model'])} must be fused or unfused")
+        raise _fail(where, f"model = {_show(rec['model'])} must be one of {', '.join(MODELS)}")
     return rec
 
 
@@ -165,17 +167,23 @@ def identity(rec: Mapping[str, Any]) -> str:
 FOREIGN = "not an attnroof measurement: not a results file, so it is left untouched (choose another -o)"
 
 
-def parse_results(text: str, path: str, *, keyed: bool = False) -> list[dict[str, Any]]:
+def parse_results(
+    text: str, path: str, *, keyed: bool = False, repeats: bool = False
+) -> list[dict[str, Any]]:
     """The records of a results file's ``text``, every one validated (:func:`validate_record`)
     and each measurement once (see the module's rules on duplicates), in file order.
 
     ``keyed`` is for a file attnroof is about to write to (``measure -o``, ``--resume``): every
     line must be a keyed record, and a line that is not JSON, or not an object with a ``key``, is
-    refused as someone else's file (:data:`FOREIGN`). Errors are one line, ``PATH:LINE: ...``."""
-    return [rec for _, rec in numbered_results(text, path, keyed=keyed)]
+    refused as someone else's file (:data:`FOREIGN`). ``repeats`` is for a reader that pools
+    measurements (``calibrate``): a measurement repeated (a ceiling probed twice in one run) is
+    kept each time instead of refused. Errors are one line, ``PATH:LINE: ...``."""
+    return [rec for _, rec in numbered_results(text, path, keyed=keyed, repeats=repeats)]
 
 
-def numbered_results(text: str, path: str, *, keyed: bool = False) -> list[tuple[int, dict[str, Any]]]:
+def numbered_results(
+    text: str, path: str, *, keyed: bool = False, repeats: bool = False
+) -> list[tuple[int, dict[str, Any]]]:
     """:func:`parse_results`, each record with its line number."""
     lines = text.split("\n")
     records: list[tuple[int, dict[str, Any]]] = []
@@ -197,7 +205,7 @@ def numbered_results(text: str, path: str, *, keyed: bool = False) -> list[tuple
             raise _fail(where, FOREIGN)
         validate_record(rec, where, keyed=keyed)
         ident = identity(rec)
-        if ident in seen:
+        if ident in seen and not (repeats and rec["status"] != ERROR):
             first, earlier = records[seen[ident]]
             if earlier["status"] != ERROR:
                 raise _fail(

@@ -10,7 +10,9 @@ seconds.
 from __future__ import annotations
 
 import statistics
+import subprocess
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,19 +74,38 @@ def _cpu(fn: Callable[[], Any], dev: TorchDevice, budget: Budget, flush: bool) -
     return Timing(statistics.median(times), len(times), method, min(times))
 
 
+_DO_BENCH_BROKEN: str | None = None
+"""Why ``do_bench`` failed, once it has: it is not tried again in this process."""
+
+
 def _do_bench(fn: Callable[[], Any], budget: Budget) -> Timing | None:
+    """``triton.testing.do_bench``'s timing, or ``None`` (CUDA events then). do_bench builds a
+    helper with the host C compiler on first use: without one it raises RuntimeError (or
+    CalledProcessError); that is said once, as a warning, and CUDA events time every case."""
+    global _DO_BENCH_BROKEN
+    if _DO_BENCH_BROKEN is not None:
+        return None
     try:
         from triton.testing import do_bench
     except ImportError:
         return None
     kw = {"warmup": budget.seconds / MILLISECOND / 4, "rep": budget.seconds / MILLISECOND}
     try:
-        ms = do_bench(fn, return_mode="all", **kw)  # every repetition (triton ≥ 3)
-    except (TypeError, ValueError, AssertionError):
         try:
-            ms = do_bench(fn, return_mode="median", **kw)
-        except TypeError:  # an old triton without return_mode
-            return None
+            ms = do_bench(fn, return_mode="all", **kw)  # every repetition (triton ≥ 3)
+        except (TypeError, ValueError, AssertionError):
+            try:
+                ms = do_bench(fn, return_mode="median", **kw)
+            except TypeError:  # an old triton without return_mode
+                return None
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        _DO_BENCH_BROKEN = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+        warnings.warn(
+            f"triton's do_bench failed ({_DO_BENCH_BROKEN}); timing with CUDA events instead",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
     times = [float(x) * MILLISECOND for x in (ms if isinstance(ms, list | tuple) else [ms])]
     return Timing(statistics.median(times), len(times), "triton.testing.do_bench", min(times))
 

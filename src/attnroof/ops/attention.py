@@ -151,7 +151,9 @@ def _attention(
     s = scores * itemsize
     masking: tuple[Stage, ...] = ()
     if causal and mask_pass:  # a pass of its own: read S and the mask, write S
-        mask = Access("mask", s_q * s_kv * MASK_BYTES_PER_ELEMENT)
+        # one mask element per score, like S: counted per query head (the same s_q × s_kv mask
+        # is read again for every head it is broadcast over)
+        mask = Access("mask", group * s_q * s_kv * MASK_BYTES_PER_ELEMENT)
         masking = (Stage(MASK, 0, (Access("S", s), mask), (Access("S", s),)),)
     return Cost(
         (

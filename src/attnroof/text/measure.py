@@ -114,5 +114,23 @@ def roof_check(records: Iterable[Mapping[str, Any]]) -> str:
         which = "the one placed point lies" if timed == 1 else f"all {timed} placed points lie"
         return f"roof check: {which} under the measured roof (efficiency ≤ {limit:g})"
     lines = [f"roof check: {IMPOSSIBLE_TEXT}: {len(bad)} of {plural(timed, 'point')}"]
-    lines += [f"  {IMPOSSIBLE_TEXT}: {r['key']} efficiency {r['efficiency']:.2f}" for r in bad]
+    lines += [f"  {IMPOSSIBLE_TEXT}: {r['key']} efficiency {r['efficiency']:.2f}; {why_over(r)}" for r in bad]
     return "\n".join(lines)
+
+
+COUNT_AGREES = 0.9
+"""ncu's DRAM bytes at least this share of the model's: the count is right."""
+
+
+def why_over(rec: Mapping[str, Any]) -> str:
+    """Which is wrong for a point over the roof: the ceiling (the kernel moved the bytes the
+    model counts, faster than the ceiling kernels did) or the count (ncu saw fewer bytes)."""
+    counted, model = rec.get("ncu_bytes"), rec.get("bytes")
+    if counted is None or not model:
+        return "ceiling low or bytes over-counted: rerun with --ncu to tell which"
+    if counted >= COUNT_AGREES * model:
+        return (
+            f"ncu counted {counted / model:.2f}× the model's bytes: a kernel beat the ceiling, "
+            "so the ceiling is low"
+        )
+    return f"ncu counted only {counted / model:.2f}× the model's bytes: the byte count is wrong"

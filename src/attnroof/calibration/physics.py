@@ -1,0 +1,199 @@
+"""The calibrated time of one kernel call: the roofline with a handful of physical parameters.
+
+For each stage (kernel) of the cost that the implementation really runs::
+
+    t = Σ_stages [ t0 + smax( W / (η_c · P), B / (η · BW) ) ]
+
+- ``t0`` (s): the fixed cost of one kernel call (launch, host dispatch, prologue);
+- ``W``: the FLOPs the kernel really does: a causal fused kernel computes **whole diagonal
+  tiles** of ``block`` × ``block`` scores (``(nb + 1)/(2·nb)`` of the square, not ½), and work is
+  rounded up to **full waves** over the device's SM count where it is known;
+- ``η_c``: compute efficiency, a fraction of the measured matmul peak ``P``; for attention it
+  depends on the head dimension (one value per head dimension seen, log-interpolated between
+  them, held at the nearest outside);
+- ``η``: memory efficiency, a fraction of the measured copy bandwidth ``BW`` — ``η_m`` for the
+  kernel's own traffic and ``η_pass`` for the element-wise passes (softmax, mask) of unfused
+  implementations; a case whose bytes fit in the L2 cache (timed without flushing it) reads
+  ``l2_speedup`` times faster;
+- ``smax(a, b) = (aᵖ + bᵖ)^(1/p)``: a smooth maximum; ``p`` (``sharpness``) → ∞ is the plain max.
+
+Everything here is plain arithmetic on floats; the fit (:mod:`attnroof.calibration.fit`) finds
+the parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.cost import Cost
+from attnroof.dtypes import dtype
+from attnroof.ops import attention, decode, linear
+
+ATTENTION, DECODE, LINEAR = "attention", "decode", "linear"
+KINDS = (ATTENTION, DECODE, LINEAR)
+OPERATOR_CLASS = {ATTENTION: "attention", DECODE: "attention", LINEAR: "gemm"}
+"""The operator table's kind (:data:`attnroof.operators.KINDS`) of each measured kind."""
+
+UNFUSED = frozenset({"eager", "eager-gqa", "sdpa-math"})
+MASKING = frozenset({"eager", "sdpa-math"})
+NOT_MODELLED = frozenset({"sdpa-math"})
+"""Implementations whose stage table does not match what runs: torch's math backend scales Q
+and K in separate passes, builds the causal mask in the query dtype and adds safe-softmax
+passes (about 16 bytes per score where the model counts 8). They are not calibrated."""
+
+PASS_STAGES = frozenset({"softmax", "mask"})
+"""Element-wise passes of unfused attention: memory-bound at their own efficiency."""
+
+CAUSAL_BLOCKS = (64, 128, 256)
+"""Tile sizes (query rows = key columns) tried for a causal fused kernel's diagonal tiles."""
+GEMM_TILE = 128
+"""Output tile side of a GEMM (rows and columns), for wave quantization."""
+
+SM_COUNT = {"H200 SXM": 132, "H100 SXM": 132, "H100 PCIe": 114, "A100 SXM 80GB": 108}
+"""Streaming multiprocessors per catalog device (NVIDIA's specifications), where known."""
+L2_BYTES = {"H200 SXM": 60e6, "H100 SXM": 50e6, "H100 PCIe": 50e6, "A100 SXM 80GB": 40e6}
+"""L2 cache size (bytes) per catalog device, where known (H200: 60 MB, as CUDA reports)."""
+
+DEFAULT_SHARPNESS = 4.0
+"""``p`` of the smooth maximum when the data cannot fit it (no points near the ridge)."""
+
+
+@dataclass(frozen=True)
+class Params:
+    """One implementation's fitted parameters (SI units; efficiencies are fractions of a roof)."""
+
+    t0_s: float
+    eta_compute: Mapping[int, float]
+    """Compute efficiency per head dimension (one entry, key 0, for a GEMM)."""
+    eta_memory: float
+    eta_pass: float
+    sharpness: float
+    l2_speedup: float
+    causal_block: int
+
+    def eta_c(self, d: int) -> float:
+        """η_c at head dimension ``d``: log-linear between the head dimensions fitted."""
+        keys = sorted(self.eta_compute)
+        if len(keys) == 1 or d <= keys[0]:
+            return self.eta_compute[keys[0]]
+        if d >= keys[-1]:
+            return self.eta_compute[keys[-1]]
+        hi = next(k for k in keys if k >= d)
+        lo = max(k for k in keys if k < d)
+        w = math.log(d / lo) / math.log(hi / lo)
+        return math.exp((1 - w) * math.log(self.eta_compute[lo]) + w * math.log(self.eta_compute[hi]))
+
+
+@dataclass(frozen=True)
+class Roofs:
+    """The roofs the efficiencies are fractions of, and what is known of the device."""
+
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    sms: int | None = None
+    l2_bytes: float | None = None
+
+
+def cost_of(kind: str, impl: str, shape: Mapping[str, Any], dt: str) -> Cost:
+    """The stage table an implementation runs, for a results record's ``shape``: unfused for
+    eager, fused for the others; ``heads`` are query heads, ``group`` of them per KV head."""
+    item = dtype(dt).itemsize
+    fused = impl not in UNFUSED
+    if kind == LINEAR:
+        return linear(shape["n"], shape["k"], shape["m"], itemsize=item)
+    group = shape.get("group", 1)
+    kw: dict[str, Any] = dict(
+        fused=fused, group=group, itemsize=item, batch=shape["batch"], kv_heads=shape["heads"] // group
+    )
+    if kind == ATTENTION:
+        return attention(
+            shape["s"], shape["d"], causal=bool(shape["causal"]), mask_pass=impl in MASKING, **kw
+        )
+    return decode(shape["s"], shape["d"], **kw)
+
+
+def diagonal_factor(s: int, block: int) -> float:
+    """Share of a causal s × s score square computed by a kernel of ``block`` tiles, over the ½
+    the model counts: ``(nb + 1)/nb`` for ``nb = ⌈s/block⌉`` tiles a side.
+
+    >>> diagonal_factor(512, 128)    # 4 tiles a side: 10 of 16 computed, 5/8 over 1/2
+    1.25
+    """
+    nb = math.ceil(s / block)
+    return (nb + 1) / nb
+
+
+def wave_factor(units: int, sms: int | None) -> float:
+    """Work rounded up to full waves of ``units`` tiles over ``sms`` SMs, over the work itself.
+
+    >>> wave_factor(264, 132), wave_factor(133, 132)
+    (1.0, 1.9849624060150375)
+    """
+    if not sms or units <= 0:
+        return 1.0
+    return math.ceil(units / sms) * sms / units
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One stage as the model sees it: work, bytes, and what changes its efficiency."""
+
+    flops: float
+    bytes: float
+    is_pass: bool
+
+
+@dataclass(frozen=True)
+class Features:
+    """What the time of one call depends on, for given roofs and causal block."""
+
+    kernels: tuple[Kernel, ...]
+    d: int
+    in_l2: bool
+
+
+def features(kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, block: int) -> Features:
+    """The kernels of one call with the work they really do (diagonal tiles, full waves)."""
+    cost = cost_of(kind, impl, shape, dt)
+    factor = 1.0
+    if kind == LINEAR:
+        units = math.ceil(shape["n"] / GEMM_TILE) * math.ceil(shape["m"] / GEMM_TILE)
+        factor = wave_factor(units, roofs.sms)
+    elif kind == ATTENTION and impl not in UNFUSED:
+        s = shape["s"]
+        if shape["causal"]:
+            factor = diagonal_factor(s, block)
+        factor *= wave_factor(shape["batch"] * shape["heads"] * math.ceil(s / block), roofs.sms)
+    kernels = tuple(
+        Kernel(float(st.flops) * factor, float(st.bytes), st.name in PASS_STAGES) for st in cost.stages
+    )
+    in_l2 = roofs.l2_bytes is not None and float(cost.bytes) <= roofs.l2_bytes
+    return Features(kernels, int(shape.get("d", 0)), in_l2)
+
+
+def predict(f: Features, p: Params, roofs: Roofs) -> float:
+    """Expected time (s) of one call with features ``f``."""
+    eta_c = p.eta_c(f.d)
+    speed = p.l2_speedup if f.in_l2 else 1.0
+    total = 0.0
+    for k in f.kernels:
+        eta_m = p.eta_pass if k.is_pass else p.eta_memory
+        a = k.flops / (eta_c * roofs.peak_flops_per_s)
+        b = k.bytes / (eta_m * speed * roofs.bandwidth_bytes_per_s)
+        total += p.t0_s + smooth_max(a, b, p.sharpness)
+    return total
+
+
+def smooth_max(a: float, b: float, p: float) -> float:
+    """``(aᵖ + bᵖ)^(1/p)``, computed without overflow; ``p = inf`` is ``max(a, b)``.
+
+    >>> smooth_max(3.0, 4.0, 2.0), smooth_max(3.0, 4.0, math.inf)
+    (5.0, 4.0)
+    """
+    m = max(a, b)
+    if m == 0 or math.isinf(p):
+        return m
+    return m * ((a / m) ** p + (b / m) ** p) ** (1 / p)

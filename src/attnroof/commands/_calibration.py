@@ -1,0 +1,88 @@
+"""``--calibration FILE`` and ``--impl NAME``: the forecast beside the bound (attention, decode,
+linear, model)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from attnroof.devices import Device
+from attnroof.dtypes import DType
+
+
+def add_calibration_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("forecast")
+    g.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="a calibration (attnroof calibrate -o): forecast beside the bound",
+    )
+    g.add_argument(
+        "--impl", metavar="NAME", help="forecast this implementation only (default: every calibrated one)"
+    )
+
+
+def load(args: argparse.Namespace, dev: Device, dt: DType) -> Any:
+    """The calibration of ``--calibration`` for this device and dtype, or ``None`` without one."""
+    if getattr(args, "calibration", None) is None:
+        if getattr(args, "impl", None) is not None:
+            from attnroof.errors import InputError
+
+            raise InputError("--impl needs --calibration FILE (attnroof calibrate -o FILE)")
+        return None
+    from attnroof import calibration
+    from attnroof.calibration.forecast import select
+
+    return select(calibration.read(args.calibration), dev, dt.name)
+
+
+def predicted(args: argparse.Namespace, cal: Any, kind: str, shape: Mapping[str, Any]) -> Any:
+    """The forecasts: one :class:`Forecast` with ``--impl``, else the list, fastest first."""
+    from attnroof.calibration.forecast import forecast
+
+    return forecast(cal, kind, shape, args.impl)
+
+
+def predicted_json(args: argparse.Namespace, forecasts: Any) -> Any:
+    out = [f.to_json() for f in forecasts]
+    return out[0] if args.impl else out
+
+
+def predicted_text(forecasts: Any, bound_s: float, cal: Any) -> str:
+    from attnroof.text.calibration import forecast_lines
+
+    return forecast_lines(forecasts, bound_s, cal)
+
+
+def step(args: argparse.Namespace, cal: Any, model: Any, prec: Any, fused: bool, a: Any) -> dict[str, Any]:
+    """The calibrated forecast of a model step: per operator and in total (JSON-ready)."""
+    from attnroof.calibration.forecast import step_forecast
+    from attnroof.model.layers import model_ops
+
+    ops = model_ops(model, args.phase, args.batch, args.context, prec, fused=fused)
+    fcs = step_forecast(
+        cal, ops, phase=args.phase, context=args.context, head_dim=model.head_dim, impl=args.impl
+    )
+    total = sum(o.count * o.time_s for o in fcs)
+    low = sum(o.count * o.low_s for o in fcs)
+    high = sum(o.count * o.high_s for o in fcs)
+    decode = args.phase == "decode"
+    return {
+        "time_s": total,
+        "low_s": low,
+        "high_s": high,
+        "tokens_per_s": args.batch / total if decode else None,
+        "bound_time_s": a.totals.time_s,
+        "ops": [o.to_json() for o in fcs],
+    }
+
+
+def step_text(pred: dict[str, Any], bound_s: float, batch: int, decode: bool) -> str:
+    from attnroof.calibration.forecast import OpForecast
+    from attnroof.text.calibration import step_forecast_text
+
+    ops = [
+        OpForecast(o["name"], o["count"], o["time_s"], o["low_s"], o["high_s"], o["by"]) for o in pred["ops"]
+    ]
+    return step_forecast_text(ops, bound_s, batch, decode)

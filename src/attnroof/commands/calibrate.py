@@ -1,0 +1,51 @@
+"""calibrate: fit a calibration to measured results files and print the fit."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnroof.commands._common import Command, add_force_arg, add_json_arg, emit_json
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", metavar="RESULTS.jsonl", help="results files (attnroof measure -o)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the calibration (JSON) here")
+    p.add_argument(
+        "--device",
+        default=None,
+        help="catalog device the results were measured on (default: the one named in the results)",
+    )
+    add_force_arg(p)
+    add_json_arg(p)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from attnroof import calibration
+    from attnroof.devices import get_device
+    from attnroof.errors import InputError, read_text
+    from attnroof.measure.schema import parse_results
+    from attnroof.text.calibration import fit_text
+
+    records = []
+    for path in args.results:
+        records += parse_results(read_text(path, "results file", InputError), path, repeats=True)
+    device = get_device(args.device) if args.device else None
+    cals = calibration.calibrate(records, device=device)
+    if args.output:
+        calibration.write(args.output, cals)
+    if args.json:
+        emit_json({**calibration.to_json(cals), "output": args.output})
+    else:
+        print(fit_text(cals, args.output))
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "calibrate",
+        "fit a calibration (fixed cost, efficiencies) to measured results, for forecasts",
+        _setup,
+        _run,
+        95,
+    ),
+)

@@ -1,0 +1,213 @@
+"""The CUDA path's failure modes, each exercised on the CPU with stand-ins: ncu without counter
+permission, a timed-out ncu's process group, ncu's cache control beside the bytes, triton's
+``do_bench`` failing to build its helper, the tf32 switch and the pinned SDPA backend's warning."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import types
+import warnings
+
+import pytest
+
+from attnroof.measure import ncu
+from attnroof.measure.ncu import NcuError
+
+PERM_OUTPUT = """==PROF== Connected to process 4242 (/usr/bin/python3.11)
+==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0. For instructions on enabling permissions and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM
+==PROF== Disconnected from process 4242
+==WARNING== No kernels were profiled.
+"""
+
+
+def test_counter_permission_is_said_not_no_csv_header():
+    with pytest.raises(NcuError, match="ERR_NVGPUCTRPERM: no permission to read GPU performance counters"):
+        ncu.check_errors(PERM_OUTPUT, 0)  # ncu exits 0 here: the return code alone does not tell
+
+
+def test_other_ncu_errors_surface_ncu_own_line():
+    with pytest.raises(NcuError, match="ncu: Failed to connect"):
+        ncu.check_errors("==ERROR== Failed to connect to process\n", 1)
+    ncu.check_errors("==WARNING== something\n", 0)  # warnings are not errors
+
+
+def test_profile_with_a_fake_ncu_without_permission(tmp_path, monkeypatch):
+    from attnroof.measure.kernels import linear_case
+
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\n" + PERM_OUTPUT + "EOF\nexit 0\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(NcuError, match="ERR_NVGPUCTRPERM") as e:
+        ncu.profile([linear_case(16, 64, 64)], timeout_s=30)
+    assert "CSV header" not in str(e.value)
+
+
+def test_timed_out_ncu_takes_its_child_with_it(tmp_path):
+    pidfile = tmp_path / "pid"
+    script = f"sleep 60 & echo $! > {pidfile}; wait"
+    t = time.monotonic()
+    code, _, _ = ncu.run_group(["sh", "-c", script], dict(os.environ), 1.0)
+    assert code is None and time.monotonic() - t < 30
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    # the grandchild (the profiled process, here `sleep`) is gone, not re-parented and alive
+    alive = subprocess.run(
+        ["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True
+    ).stdout.strip()
+    assert alive in ("", "Z"), alive
+
+
+def test_ncu_cache_control_is_said_beside_the_bytes():
+    res = ncu.NcuResult(100.0, 50.0, 1e-3, 2)
+    rec = {"key": "a", "bytes": 100.0}
+    ncu.attach([rec], {"a": res})
+    assert rec["ncu_bytes"] == 150.0 and rec["ncu_cache_control"].startswith("all: L2 flushed")
+
+
+# ---------------------------------------------------------------- timing: do_bench that cannot build
+
+
+class _Dev:
+    is_cuda = True
+
+
+def test_do_bench_failing_falls_back_to_cuda_events_and_says_so_once(monkeypatch):
+    from attnroof.measure import timing
+
+    def do_bench(*a, **k):
+        raise RuntimeError("Failed to find C compiler. Please specify via CC environment variable.")
+
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    monkeypatch.setattr(timing, "_DO_BENCH_BROKEN", None)
+    calls = []
+    monkeypatch.setattr(
+        timing,
+        "_cuda_events",
+        lambda fn, dev, budget, flush: calls.append(1) or timing.Timing(1e-3, 3, "CUDA events"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t1 = timing.time_kernel(lambda: None, _Dev())  # type: ignore[arg-type]
+        t2 = timing.time_kernel(lambda: None, _Dev())  # type: ignore[arg-type]
+    assert t1.method == t2.method == "CUDA events" and len(calls) == 2
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "do_bench" in said[0] and "C compiler" in said[0] and "CUDA events" in said[0]
+
+
+def test_do_bench_called_process_error_is_caught_too(monkeypatch):
+    from attnroof.measure import timing
+
+    def do_bench(*a, **k):
+        raise subprocess.CalledProcessError(1, ["gcc"])
+
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setattr(timing, "_DO_BENCH_BROKEN", None)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert timing._do_bench(lambda: None, timing.QUICK) is None
+    assert timing._DO_BENCH_BROKEN and "CalledProcessError" in timing._DO_BENCH_BROKEN
+
+
+# ---------------------------------------------------------------- the tf32 switch
+
+
+def test_tf32_switch_keeps_legacy_reads_working():
+    """Setting only ``fp32_precision`` (torch ≥ 2.9) makes a legacy ``allow_tf32`` read inside the
+    block fail torch's "mix of the legacy and new APIs" check; the switch does not."""
+    torch = pytest.importorskip("torch")
+    from attnroof.measure.ceilings import _tf32
+
+    before = torch.get_float32_matmul_precision()
+    with _tf32(torch, True):
+        assert torch.backends.cuda.matmul.allow_tf32 is True  # a legacy read: no error
+        assert torch.get_float32_matmul_precision() == "high"
+    with _tf32(torch, False):
+        assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.get_float32_matmul_precision() == before
+
+
+# ---------------------------------------------------------------- SDPA's skip reason
+
+
+def test_skip_reason_keeps_the_pinned_backend_line():
+    from attnroof.measure.kernels import pinned_warnings
+
+    caught = [
+        "Memory efficient kernel not used because: the head dim 512 is above 256",
+        "Flash attention kernel not used because: head dim 512 > 256",
+        "cuDNN attention kernel not used because: cudnn does not support head dim 512",
+    ]
+    assert pinned_warnings("sdpa-cudnn", caught) == [caught[2]]
+    assert pinned_warnings("sdpa-flash", caught) == [caught[1]]
+    assert pinned_warnings("sdpa-efficient", caught) == [caught[0]]
+    assert pinned_warnings("sdpa-cudnn", ["something else"]) == ["something else"]  # nothing better to say
+
+
+# ---------------------------------------------------------------- models that match what runs
+
+
+def test_eager_mask_is_counted_per_query_head_like_s():
+    from attnroof.ops import attention
+
+    s, d, g = 512, 64, 4
+    cost = attention(s, d, causal=True, mask_pass=True, group=g)
+    mask = next(a for st in cost for a in st.reads if a.tensor == "mask")
+    score = next(a for st in cost for a in st.writes if a.tensor == "S")
+    assert mask.bytes == g * s * s * 1  # one bool byte per score, 4 query heads
+    assert score.bytes == g * s * s * 2  # bf16 scores: the same count of elements
+
+
+def test_sdpa_math_is_not_in_efficiency_claims():
+    from attnroof.devices import get_device
+    from attnroof.measure.records import new_record, place_record, set_time
+
+    dev = get_device("h200")
+    shape = {"s": 512, "d": 64, "batch": 1, "heads": 2, "group": 1, "causal": False}
+    math_rec = set_time(new_record("k", "attention", "sdpa-math", shape, "bf16", "x"), 1e-3, 1e9, 1e7)
+    eager = set_time(new_record("k", "attention", "eager", shape, "bf16", "x"), 1e-3, 1e9, 1e7)
+    place_record(math_rec, dev, dev)
+    place_record(eager, dev, dev)
+    assert math_rec["bound_time_s"] == eager["bound_time_s"] and math_rec["efficiency"] is None
+    assert eager["efficiency"] is not None
+
+
+# ---------------------------------------------------------------- true ceilings
+
+
+def test_stream_readers_need_triton(monkeypatch):
+    from attnroof.measure.ceilings import stream_readers
+
+    monkeypatch.setitem(sys.modules, "triton", None)
+    assert stream_readers(object(), object()) == {}  # x.sum() stands alone: no error
+
+
+def test_roof_check_tells_a_low_ceiling_from_a_wrong_count():
+    from attnroof.text.measure import roof_check
+
+    base = {"efficiency": 1.1, "impossible": True, "bytes": 1000.0}
+    low = roof_check([{**base, "key": "decode/sdpa-cudnn", "ncu_bytes": 1010.0}])
+    wrong = roof_check([{**base, "key": "attention/eager", "ncu_bytes": 600.0}])
+    unknown = roof_check([{**base, "key": "linear/linear", "ncu_bytes": None}])
+    assert "a kernel beat the ceiling, so the ceiling is low" in low
+    assert "ncu counted only 0.60× the model's bytes: the byte count is wrong" in wrong
+    assert "rerun with --ncu" in unknown
+
+
+def test_gpu_check_writes_its_summary_before_anything_can_time_out(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.sh")
+    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    env = dict(os.environ, OUT=str(tmp_path), CUDA_VISIBLE_DEVICES="")
+    res = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 2  # no CUDA here: said, in the summary already
+    text = (tmp_path / "summary.txt").read_text()
+    assert text.startswith("gpu_check ") and "torch with CUDA is needed" in text
