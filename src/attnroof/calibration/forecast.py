@@ -142,10 +142,17 @@ def step_forecast(
                 )
             fc = _band(fit, predict(f, fit.fit.params, cal.roofs))
             out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, f"{kind} {fit.impl}"))
-        elif op.operator == "linear" and (LINEAR, "linear") in cal.fits:
+        elif op.operator in ("linear", "experts") and (LINEAR, "linear") in cal.fits:
+            # a grouped expert GEMM is forecast by the dense GEMM's fit, on its own FLOPs and bytes
             fit = cal.fits[(LINEAR, "linear")]
             fc = _band(fit, predict(_cost_features(op.cost, 0), fit.fit.params, cal.roofs))
-            out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, "gemm linear"))
+            how = "gemm linear" if op.operator == "linear" else "experts, by the linear fit"
+            out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, how))
+        elif op.operator in ("latent attention", "experts"):
+            raise InputError(
+                f"the calibration has no kernel for {op.operator} ({op.name}): measure one, or leave out --calibration",
+                param="calibration",
+            )
         else:
             t = _memory_pass_time(cal, op.cost)
             out.append(OpForecast(op.name, op.count, t, t, t, "memory pass"))

@@ -58,9 +58,18 @@ def predicted_text(forecasts: Any, bound_s: float, cal: Any) -> str:
 def step(args: argparse.Namespace, cal: Any, model: Any, prec: Any, fused: bool, a: Any) -> dict[str, Any]:
     """The calibrated forecast of a model step: per operator and in total (JSON-ready)."""
     from attnroof.calibration.forecast import step_forecast
-    from attnroof.model.layers import model_ops
+    from attnroof.model.costs import model_ops
 
-    ops = model_ops(model, args.phase, args.batch, args.context, prec, fused=fused)
+    ops = model_ops(
+        model,
+        args.phase,
+        args.batch,
+        args.context,
+        prec,
+        fused=fused,
+        routing=args.routing,
+        latent_form=args.mla,
+    )
     fcs = step_forecast(
         cal, ops, phase=args.phase, context=args.context, head_dim=model.head_dim, impl=args.impl
     )
