@@ -196,3 +196,18 @@ def test_model_options_route_and_decode_latent() -> None:
     assert uniform["routing"] == "uniform" and naive["latent_attention"] == "naive"
     kinds = {op["layer_kind"] for op in uniform["ops"]}
     assert {"dense MLP", "MoE", "layer", "embedding", "head"} <= kinds
+
+
+def test_training_steps_cover_experts_and_latent_attention() -> None:
+    """The backward of every row is counted: experts (2× their forward FLOPs) and latent attention
+    (naive: the heads' backward, then the up-projection's dX and dW)."""
+    from attnroof.model.training import BACKWARD, FORWARD, TrainPrecision, train_ops
+
+    ops = train_ops(builtin("deepseek-v3"), 1, 1024, TrainPrecision())
+    fwd = {o.name: o for p, o in ops if p == FORWARD}
+    bwd = {o.name: o for p, o in ops if p == BACKWARD}
+    assert set(fwd) == set(bwd) and "KV-cache write" not in fwd  # training keeps no KV cache
+    for name in ("expert gate/up", "expert down"):
+        assert bwd[name].cost.flops == 2 * fwd[name].cost.flops
+    stages = [s.name for s in bwd["attention (latent)"].cost]
+    assert "KV up-projection dX" in stages and "KV up-projection dW" in stages

@@ -99,4 +99,4 @@ register("activation", activation, kind=MEMORY_PASS, backward=bwd.activation_bac
 register("embedding", embedding, kind=MEMORY_PASS, backward=bwd.embedding_backward)
 register("copy", copy, kind=MEMORY_PASS, backward=bwd.copy_backward)
 register("experts", expert_gemm, kind=GEMM, backward=bwd.expert_backward)
-register("latent attention", latent_attention, kind=ATTENTION)
+register("latent attention", latent_attention, kind=ATTENTION, backward=bwd.latent_attention_backward)

@@ -159,7 +159,29 @@ def _attention(i: OpInstance, st: Step, g: float) -> Cost:
     )
 
 
+def _latent_attention(i: OpInstance, st: Step, g: float) -> Cost:
+    """Training runs latent attention decompressed (the naive form), as prefill does."""
+    p = st.prec
+    widths = {
+        k: i.shape[k] for k in ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+    }
+    return _backward("latent attention")(
+        st.context,
+        st.context,
+        causal=True,
+        fused=st.fused,
+        batch=st.batch,
+        itemsize=p.itemsize,
+        kv_itemsize=p.kv_itemsize,
+        weight_itemsize=p.weight_itemsize,
+        grad_itemsize=g,
+        softmax_flops_per_element=st.softmax_flops_per_element,
+        **widths,
+    )
+
+
 _BACKWARD: dict[str, Binder] = {
+    "latent attention": _latent_attention,
     "experts": _experts,
     "linear": _linear,
     "norm": _norm,
@@ -237,14 +259,40 @@ def model_flops(model: ModelConfig, batch: Num, context: Num) -> Num:
     >>> round(model_flops(builtin("llama-3.1-8b"), 1, 8192) / 1e12, 1)  # 6·7.50e9·8192 + 6·32·4096·8192²
     421.6
     """
-    matmul_params = sum(
-        i.count * i.shape["k"] * i.shape["m"] for i in layer_table(model) if i.operator == "linear"
-    )
     per_token = (
-        PALM_PARAM_FACTOR * matmul_params
-        + PALM_ATTENTION_FACTOR * model.layers * model.q_width * context // CAUSAL_SHARE
+        PALM_PARAM_FACTOR * matmul_params(model)
+        + PALM_ATTENTION_FACTOR * model.layers * _attention_width(model) * context // CAUSAL_SHARE
     )
     return per_token * batch * context
+
+
+def matmul_params(model: ModelConfig) -> int:
+    """N of 6·N: the weights a token multiplies — every weight GEMM, its top_k experts (not all
+    E), and latent attention's up-projection.
+
+    >>> from attnroof.model.config import builtin
+    >>> m = builtin("mixtral-8x7b")        # active parameters less the embedding and the norm scales
+    >>> matmul_params(m) == m.active_params() - 32000 * 4096 - (32 * 2 + 1) * 4096
+    True
+    """
+    total = 0
+    for i in layer_table(model):
+        if i.operator == "linear":
+            total += i.count * i.shape["k"] * i.shape["m"]
+        elif i.operator == "experts":
+            total += i.count * i.shape["top_k"] * i.shape["k"] * i.shape["m"]
+        elif i.operator == "latent attention":
+            total += i.count * i.params
+    return total
+
+
+def _attention_width(model: ModelConfig) -> int:
+    """H·Q of PaLM's attention term: the query width (latent attention: heads × the mean of the
+    Q·Kᵀ and P·V widths, nope + ρ and v)."""
+    lat = model.latent
+    if lat is None:
+        return model.q_width
+    return model.heads * (lat.qk_nope_head_dim + lat.qk_rope_head_dim + lat.v_head_dim) // 2
 
 
 @dataclass(frozen=True, slots=True)

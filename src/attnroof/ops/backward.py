@@ -102,15 +102,18 @@ def _attention_backward(
     kv_itemsize: Num,
     softmax_flops_per_element: Num,
     window: Num | None = None,
+    d_v: Num | None = None,
 ) -> Cost:
-    """One KV head and its ``group`` query heads."""
+    """One KV head and its ``group`` query heads; values (and O) ``d_v`` wide (default ``d``)."""
     scores = _scores(s_q, s_kv, group, causal, window)
-    mm = scores * matmul_flops(1, d, 1)  # one s×s×d product, per kept score
+    dv_ = d if d_v is None else d_v
+    mm = scores * matmul_flops(1, d, 1)  # one s×s×d product (S, dQ, dK), per kept score
+    mm_v = scores * matmul_flops(1, 1, dv_)  # one s×s×d_v product (dV, dP)
     e = scores * softmax_flops_per_element
-    q_side = group * s_q * d * itemsize  # Q, O, dO, dQ
-    kv_side = s_kv * d * kv_itemsize  # K, V, dK, dV
-    q, o, do, dq = (Access(t, q_side) for t in ("Q", "O", "dO", "dQ"))
-    k, v, dk, dv = (Access(t, kv_side) for t in ("K", "V", "dK", "dV"))
+    q, dq = (Access(t, group * s_q * d * itemsize) for t in ("Q", "dQ"))
+    o, do = (Access(t, group * s_q * dv_ * itemsize) for t in ("O", "dO"))
+    k, dk = (Access(t, s_kv * d * kv_itemsize) for t in ("K", "dK"))
+    v, dv = (Access(t, s_kv * dv_ * kv_itemsize) for t in ("V", "dV"))
     if fused:
         rows = group * s_q * FP32_BYTES
         lse, dd = Access("L", rows), Access("D", rows)
@@ -119,7 +122,7 @@ def _attention_backward(
                 Stage("backward preprocess", 0, (o, do), (dd,)),
                 Stage(
                     "fused attention backward",
-                    BACKWARD_MATMULS_FUSED * mm + e,
+                    (BACKWARD_MATMULS_FUSED - 2) * mm + 2 * mm_v + e,  # S, dQ, dK at d; dV, dP at d_v
                     (q, k, v, do, lse, dd),
                     (dq, dk, dv),
                 ),
@@ -129,8 +132,8 @@ def _attention_backward(
     p, dp, ds = Access("P", sb), Access("dP", sb), Access("dS", sb)
     return Cost(
         (
-            Stage("dV = Pᵀ·dO", mm, (p, do), (dv,)),
-            Stage("dP = dO·Vᵀ", mm, (do, v), (dp,)),
+            Stage("dV = Pᵀ·dO", mm_v, (p, do), (dv,)),
+            Stage("dP = dO·Vᵀ", mm_v, (do, v), (dp,)),
             Stage("softmax backward", e, (p, dp), (ds,)),
             Stage("dQ = dS·K", mm, (ds, k), (dq,)),
             Stage("dK = dSᵀ·Q", mm, (ds, q), (dk,)),
@@ -152,6 +155,7 @@ def attention_backward(
     kv_heads: Num = 1,
     mask_pass: bool = False,
     window: Num | None = None,
+    d_v: Num | None = None,
 ) -> Cost:
     """Attention backward over a sequence of length ``s``, head dimension ``d``: the gradients of
     Q, K and V from that of O. Arguments as :func:`attnroof.ops.attention`'s (``mask_pass`` is
@@ -174,6 +178,7 @@ def attention_backward(
         kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
         softmax_flops_per_element=softmax_flops_per_element,
         window=window,
+        d_v=d_v,
     )
     return one * (batch * kv_heads)
 
@@ -189,6 +194,7 @@ def decode_backward(
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
     batch: Num = 1,
     kv_heads: Num = 1,
+    d_v: Num | None = None,
 ) -> Cost:
     """The backward of one query token against ``s`` keys (a last-token loss): dQ of one row,
     dK and dV of every cached position.
@@ -207,6 +213,7 @@ def decode_backward(
         itemsize=itemsize,
         kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
         softmax_flops_per_element=softmax_flops_per_element,
+        d_v=d_v,
     )
     return one * (batch * kv_heads)
 
@@ -472,3 +479,62 @@ def expert_backward(
             Stage(f"{name} dW", dw_flops, (Access("X", routed * k * itemsize), dy), tuple(dw_writes)),
         )
     )
+
+
+def latent_attention_backward(
+    s_q: Num,
+    s_kv: Num,
+    *,
+    heads: Num,
+    kv_lora_rank: Num,
+    qk_rope_head_dim: Num,
+    qk_nope_head_dim: Num,
+    v_head_dim: Num,
+    form: str = "naive",
+    fused: bool = True,
+    causal: bool = False,
+    window: Num | None = None,
+    batch: Num = 1,
+    itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
+    weight_itemsize: Num | None = None,
+    grad_itemsize: Num | None = None,
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+) -> Cost:
+    """The backward of latent attention in its naive form (what training runs, as prefill does):
+    the attention backward of ``heads`` heads of d = nope + ρ for Q·Kᵀ and d_v = v, then the
+    backward of the KV up-projection (dc_kv = d[K_nope, V]·W_UKVᵀ and dW_UKV), a linear layer over
+    the ``batch·s_kv`` latents.
+
+    >>> mla = dict(heads=128, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128)
+    >>> c = latent_attention_backward(4096, 4096, causal=True, softmax_flops_per_element=0, **mla)
+    >>> scores = 128 * 4096 * 4096 // 2
+    >>> c.flops == scores * (3 * 2 * 192 + 2 * 2 * 128) + 2 * (2 * 4096 * 512 * 128 * 256)
+    True
+    """
+    if form != "naive":
+        from attnroof.errors import InputError
+
+        raise InputError(
+            f"form {form!r}: the backward of latent attention is modelled in its naive form (what training runs)",
+            param="form",
+        )
+    H, n, rho, v = heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+    kw = dict(
+        fused=fused, itemsize=itemsize, kv_itemsize=itemsize, softmax_flops_per_element=softmax_flops_per_element,
+        batch=batch, kv_heads=H, d_v=v,
+    )  # fmt: skip
+    if s_q == 1 and not causal:
+        heads_part = decode_backward(s_kv, n + rho, **kw)
+    else:
+        heads_part = attention_backward(s_kv, n + rho, causal=causal, window=window, **kw)
+    up = linear_backward(
+        batch * s_kv,
+        kv_lora_rank,
+        H * (n + v),
+        itemsize=itemsize,
+        weight_itemsize=weight_itemsize,
+        grad_itemsize=grad_itemsize,
+        name="KV up-projection",
+    )
+    return heads_part + up
