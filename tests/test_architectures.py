@@ -211,3 +211,14 @@ def test_training_steps_cover_experts_and_latent_attention() -> None:
         assert bwd[name].cost.flops == 2 * fwd[name].cost.flops
     stages = [s.name for s in bwd["attention (latent)"].cost]
     assert "KV up-projection dX" in stages and "KV up-projection dW" in stages
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode", "train"])
+def test_unfused_latent_and_expert_models_place_their_score_matrices(phase: str) -> None:
+    """Found by the CLI fuzz: unfused latent attention's score matrices are counted per head
+    (128 for DeepSeek-V3) in the memory estimate, for every phase."""
+    from conftest import run_cli
+
+    r = run_cli("model", "--model", "deepseek-v3", "--phase", phase, "--context", "64", "--unfused", "--json")
+    assert r.returncode == 0, r.stderr
+    assert r.json()["memory"]["activation_bytes"] > 0

@@ -92,7 +92,7 @@ def activation_bytes(
     if not fused:
         for i in table:
             if i.is_attention:
-                heads = i.shape["group"] * i.shape["kv_heads"]
+                heads = i.shape.get("heads") or i.shape["group"] * i.shape["kv_heads"]
                 per_head = score_matrix_bytes(context, 1) if phase == PREFILL else i.cached_tokens(context)
                 widest = arrays.maximum(widest, batch * heads * per_head)
     return (step.tokens() * hidden + widest) * prec.itemsize

@@ -40,7 +40,7 @@ from attnroof.cost import Num
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import ALL_TOKENS, EMBEDDING, OpInstance, layer_table, params
 from attnroof.model.memory import _largest
-from attnroof.ops.attention import causal_half
+from attnroof.ops.attention import causal_band, causal_half
 from attnroof.ops.backward import FP32_BYTES
 
 NONE, SELECTIVE, FULL = "none", "selective", "full"
@@ -67,6 +67,20 @@ class TrainPrecision:
         return master + OPTIMIZER_STATES[self.optimizer] * self.master_itemsize
 
 
+def _scores_kept(
+    i: OpInstance, batch: Num, context: Num, heads: Num, itemsize: float, fused: bool, recompute: str
+) -> Num:
+    """What attention keeps beyond Q, K and V: fused, the log-sum-exp of each row (fp32);
+    unfused, P — unless selective recomputation drops it (the band within a window, if any)."""
+    if fused:
+        return batch * context * heads * FP32_BYTES
+    if recompute == SELECTIVE:
+        return 0
+    window = i.shape.get("window")
+    scores = causal_half(context * context) if window is None else causal_band(context, window)
+    return batch * heads * scores * itemsize
+
+
 def saved_bytes(
     i: OpInstance,
     model: ModelConfig,
@@ -84,17 +98,21 @@ def saved_bytes(
         return tokens * i.shape["width"] * itemsize
     if op == "linear":
         return tokens * i.shape["k"] * itemsize
-    if op == "activation":
-        return tokens * i.shape["width"] * (2 if i.shape["gated"] else 1) * itemsize
+    if op == "activation":  # experts: on every routed token
+        routed = tokens * i.shape.get("routed", 1)
+        return routed * i.shape["width"] * (2 if i.shape["gated"] else 1) * itemsize
+    if op == "experts":  # each routed token's input row, for dW
+        return tokens * i.shape["top_k"] * i.shape["k"] * itemsize
     if op == "attention":
         heads = i.shape["group"] * i.shape["kv_heads"]
         d = i.shape["head_dim"]
         qkv = tokens * (heads + 2 * i.shape["kv_heads"]) * d * itemsize
-        if fused:
-            return qkv + tokens * heads * FP32_BYTES
-        if recompute == SELECTIVE:
-            return qkv
-        return qkv + batch * heads * causal_half(context * context) * itemsize
+        return qkv + _scores_kept(i, batch, context, heads, itemsize, fused, recompute)
+    if op == "latent attention":  # naive: the latent (for dW_UKV), then Q, K, V of every head
+        s = i.shape
+        widths = 2 * (s["qk_nope_head_dim"] + s["qk_rope_head_dim"]) + s["v_head_dim"]
+        kept = tokens * (s["kv_lora_rank"] + s["heads"] * widths) * itemsize
+        return kept + _scores_kept(i, batch, context, s["heads"], itemsize, fused, recompute)
     return 0
 
 
