@@ -116,13 +116,10 @@ def _attention(i: OpInstance, st: Step) -> Cost:
     return operator("decode").forward(i.cached_tokens(st.context), d, **kw)
 
 
-def _experts(i: OpInstance, st: Step) -> Cost:
-    """Routed experts: every token through top_k of them, weights read for those touched."""
+def expert_args(i: OpInstance, st: Step) -> tuple[tuple[Num, int, int], dict[str, Any]]:
+    """An expert row's arguments at ``st``, for its forward and its backward alike."""
     p = st.prec
-    return operator("experts").forward(
-        st.tokens(),
-        i.shape["k"],
-        i.shape["m"],
+    kw = dict(
         experts=i.shape["experts"],
         top_k=i.shape["top_k"],
         routing=st.routing,
@@ -131,15 +128,24 @@ def _experts(i: OpInstance, st: Step) -> Cost:
         bias=i.shape["bias"],
         name=i.kernel or i.name,
     )
+    return (st.tokens(), i.shape["k"], i.shape["m"]), kw
+
+
+LATENT_WIDTHS = ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+"""A latent-attention row's shape keys, which are its operator's keyword arguments."""
+
+
+def _experts(i: OpInstance, st: Step) -> Cost:
+    """Routed experts: every token through top_k of them, weights read for those touched."""
+    args, kw = expert_args(i, st)
+    return operator("experts").forward(*args, **kw)
 
 
 def _latent_attention(i: OpInstance, st: Step) -> Cost:
     """Prefill decompresses the latent (the naive form, compute-bound anyway); decode runs the
     step's ``latent_form``, absorbed by default."""
     p = st.prec
-    widths = {
-        k: i.shape[k] for k in ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-    }
+    widths = {k: i.shape[k] for k in LATENT_WIDTHS}
     kw: dict[str, Any] = dict(
         fused=st.fused,
         batch=st.batch,

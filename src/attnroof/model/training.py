@@ -33,7 +33,7 @@ from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.config import ModelConfig
-from attnroof.model.costs import Op
+from attnroof.model.costs import LATENT_WIDTHS, Op, expert_args
 from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
 from attnroof.operators import CostFn, operator
@@ -116,20 +116,8 @@ def _activation(i: OpInstance, st: Step, g: float) -> Cost:
 
 
 def _experts(i: OpInstance, st: Step, g: float) -> Cost:
-    p = st.prec
-    return _backward("experts")(
-        st.tokens(),
-        i.shape["k"],
-        i.shape["m"],
-        experts=i.shape["experts"],
-        top_k=i.shape["top_k"],
-        routing=st.routing,
-        itemsize=p.itemsize,
-        weight_itemsize=p.weight_itemsize,
-        grad_itemsize=g,
-        bias=i.shape["bias"],
-        name=i.kernel or i.name,
-    )
+    args, kw = expert_args(i, st)
+    return _backward("experts")(*args, grad_itemsize=g, **kw)
 
 
 def _embedding(i: OpInstance, st: Step, g: float) -> Cost:
@@ -162,9 +150,7 @@ def _attention(i: OpInstance, st: Step, g: float) -> Cost:
 def _latent_attention(i: OpInstance, st: Step, g: float) -> Cost:
     """Training runs latent attention decompressed (the naive form), as prefill does."""
     p = st.prec
-    widths = {
-        k: i.shape[k] for k in ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-    }
+    widths = {k: i.shape[k] for k in LATENT_WIDTHS}
     return _backward("latent attention")(
         st.context,
         st.context,
