@@ -43,8 +43,8 @@ GRID_SIDE = 100
 RUNS = 7
 
 PEER = [
-    "-m",
-    "llm_flops",
+    "-c",
+    "import sys; from llmflops.cli import main; sys.exit(main())",  # the llm-flops console script
     "estimate",
     "meta-llama/Llama-3.1-8B",
     "-s",

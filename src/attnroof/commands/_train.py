@@ -9,7 +9,7 @@ from attnroof.commands._common import emit_json, require
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig
-from attnroof.model.training_memory import NONE, OPTIMIZER_STATES, RECOMPUTE
+from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE
 from attnroof.roofline import Roof
 
 TRAIN_ONLY = ("recompute", "optimizer", "grad_dtype", "master_dtype")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.commands import _calibration
 from attnroof.commands._common import (
@@ -26,7 +26,9 @@ from attnroof.model.layers import Precision
 from attnroof.ops.experts import ROUTINGS, UNIFORM
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
 from attnroof.roofline import Roof
-from attnroof.text.model import Setting, models_table, step_text, sweep_text
+
+if TYPE_CHECKING:  # the text layer is loaded only for text output
+    from attnroof.text.model import Setting
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -127,6 +129,8 @@ class _Job:
 
     @property
     def setting(self) -> Setting:
+        from attnroof.text.model import Setting
+
         a = self.args
         return Setting(
             self.model, self.device, self.roof, a.phase, a.context, self.fused, self.dt, self.wdt, self.kdt
@@ -163,6 +167,8 @@ def _single(job: _Job) -> int:
             | extra
         )
         return 0
+    from attnroof.text.model import step_text
+
     print(step_text(job.setting, a))
     if pred is not None:
         print("\n" + _calibration.step_text(pred, a.totals.time_s, batch, job.args.phase == "decode"))
@@ -202,6 +208,8 @@ def _sweep(job: _Job) -> int:
             }
         )
         return 0
+    from attnroof.text.model import sweep_text
+
     print(sweep_text(job.setting, runs, gemms, step_batch, share))
     return 0
 
@@ -210,6 +218,8 @@ def _print_list(models: list[ModelConfig], as_json: bool) -> int:
     if as_json:
         emit_json({"models": [m.to_json() for m in models]})
         return 0
+    from attnroof.text.model import models_table
+
     print(models_table(models))
     return 0
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 from attnroof import arrays
@@ -165,25 +166,34 @@ class OpInstance:
 
 
 def layer_table(model: ModelConfig) -> list[OpInstance]:
-    """The operator instances of one forward step of ``model``, in execution order.
+    """The operator instances of one forward step of ``model``, in execution order (built once
+    per model: every analysis, memory search and grid reads the same table).
 
     >>> from attnroof.model.config import builtin
     >>> [(i.name, i.operator, i.count) for i in layer_table(builtin("llama-3.1-8b"))][:3]
     [('embedding', 'embedding', 1), ('attention norm', 'norm', 32), ('QKV projection', 'linear', 32)]
     """
+    return list(_layer_table(model))
+
+
+@lru_cache(maxsize=64)
+def _layer_table(model: ModelConfig) -> tuple[OpInstance, ...]:
     from attnroof.model.rows import head_rows, input_rows, layer_rows
 
     windows, moe = model.layer_windows(), model.layer_is_moe()
     mixed_windows = len(set(windows)) > 1
     mixed_mlp = len(set(moe)) > 1 or any(moe)
-    merged: dict[tuple[Any, ...], OpInstance] = {}
+    first: dict[tuple[Any, ...], OpInstance] = {}
+    counts: dict[tuple[Any, ...], int] = {}
     for window, is_moe in zip(windows, moe, strict=True):
         attn_kind = (LOCAL if window is not None else GLOBAL) if mixed_windows else LAYER
         mlp_kind = (MOE if is_moe else DENSE_MLP) if mixed_mlp else LAYER
         for row in layer_rows(model, window, is_moe, attn_kind, mlp_kind, named=mixed_windows):
             k = row.key()
-            merged[k] = replace(merged[k], count=merged[k].count + 1) if k in merged else row
-    return [*input_rows(model), *merged.values(), *head_rows(model)]
+            first.setdefault(k, row)
+            counts[k] = counts.get(k, 0) + 1
+    merged = [replace(row, count=counts[k]) for k, row in first.items()]
+    return (*input_rows(model), *merged, *head_rows(model))
 
 
 def params(model: ModelConfig) -> int:

@@ -40,14 +40,9 @@ from attnroof.cost import Num
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import ALL_TOKENS, EMBEDDING, OpInstance, layer_table, params
 from attnroof.model.memory import _largest
+from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
 from attnroof.ops.attention import causal_band, causal_half
 from attnroof.ops.backward import FP32_BYTES
-
-NONE, SELECTIVE, FULL = "none", "selective", "full"
-RECOMPUTE = (NONE, SELECTIVE, FULL)
-
-OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
-"""States kept per parameter: AdamW's first and second moments; SGD's momentum."""
 
 
 @dataclass(frozen=True, slots=True)
