@@ -234,6 +234,8 @@ def train_ops(
         elif recompute == SELECTIVE and i.is_attention and not fused:
             again = Cost(tuple(s for s in i.cost(step) if s.name in (QK, MASK, SOFTMAX)))
             out.append((RECOMPUTE, op(i, again, "attention S, P (again)")))
+        elif recompute == SELECTIVE and i.is_attention:  # the fused kernel's forward, for its L rows
+            out.append((RECOMPUTE, op(i, i.cost(step), f"{i.name} (again)")))
     out += [(BACKWARD, op(i, _BACKWARD[i.operator](i, step, prec.grad_itemsize))) for i in reversed(rows)]
     return out
 
@@ -414,7 +416,8 @@ def _notes(fused: bool, recompute: str) -> tuple[str, ...]:
     ]
     if fused and recompute == SELECTIVE:
         notes.append(
-            "selective recomputation changes nothing with fused attention: its backward already "
-            "recomputes S and P, and keeps no score matrix"
+            "selective recomputation with fused attention checkpoints the core attention (as "
+            "Megatron-LM does): it keeps Q, K and V but not the log-sum-exp rows, and reruns the "
+            "fused forward before its backward"
         )
     return tuple(notes)

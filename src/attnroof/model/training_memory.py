@@ -66,11 +66,12 @@ def _scores_kept(
     i: OpInstance, batch: Num, context: Num, heads: Num, itemsize: float, fused: bool, recompute: str
 ) -> Num:
     """What attention keeps beyond Q, K and V: fused, the log-sum-exp of each row (fp32);
-    unfused, P — unless selective recomputation drops it (the band within a window, if any)."""
-    if fused:
-        return batch * context * heads * FP32_BYTES
+    unfused, P (the band within a window, if any). Selective recomputation checkpoints the core
+    attention, as Megatron-LM does: it keeps only Q, K and V and reruns the forward."""
     if recompute == SELECTIVE:
         return 0
+    if fused:
+        return batch * context * heads * FP32_BYTES
     window = i.shape.get("window")
     scores = causal_half(context * context) if window is None else causal_band(context, window)
     return batch * heads * scores * itemsize
