@@ -176,6 +176,7 @@ def test_decode_latent_variant_from_the_command_line() -> None:
         ([*MLA_FLAGS, "-d", "128"], "-d/--head-dim is for ordinary attention"),
         ([*MLA_FLAGS, "--group", "4", "--heads", "8"], "--group is for ordinary attention"),
         ([], "the following arguments are required: -d/--head-dim"),
+        ([*MLA_FLAGS, "--pass", "bwd"], "--pass: the latent variant compares its two forward forms"),
     ],
 )
 def test_latent_flags_are_all_or_none(extra: list[str], needle: str) -> None:

@@ -54,6 +54,11 @@ def _latent(args: argparse.Namespace) -> dict[str, int] | None:
         args.group == 1,
         "--group is for ordinary attention: latent attention shares one latent across all heads",
     )
+    require(
+        getattr(args, "pass_", "fwd") == "fwd",
+        "--pass: the latent variant compares its two forward forms; its backward is counted by "
+        "'attnroof model --phase train' (the naive form, as training runs it)",
+    )
     return given
 
 
