@@ -70,9 +70,17 @@ def _is_integer(x: Num) -> bool:
     return kind in ("i", "u")
 
 
-def _kept(scores: Num, causal: bool) -> Num:
-    """The part of a block of scores that is computed (all of it, or half when causal)."""
-    return causal_half(scores) if causal else scores
+def kept_scores(s_q: Num, s_kv: Num, causal: bool, window: Num | None = None) -> Num:
+    """Scores one query head computes: all s_q·s_kv, half of them when causal (whole for
+    integers), or the band within ``window`` of the diagonal. The forward and backward passes
+    and latent attention all count their score work with it.
+
+    >>> kept_scores(4, 4, False), kept_scores(4, 4, True), kept_scores(8, 8, True, window=4)
+    (16, 8, 24)
+    """
+    if causal and window is not None:
+        return causal_band(s_kv, window)
+    return causal_half(s_q * s_kv) if causal else s_q * s_kv
 
 
 def causal_band(s: Num, window: Num) -> Num:
@@ -133,10 +141,7 @@ def _attention(
 ) -> Cost:
     """One KV head and its ``group`` query heads."""
     skip = causal and not mask_pass  # causal tiles skipped, or every score computed then masked
-    if window is not None and skip:  # the band within the window of the diagonal (prefill)
-        scores = group * causal_band(s_kv, window)
-    else:
-        scores = group * _kept(s_q * s_kv, skip)  # elements of S (and of P) per KV head, whole
+    scores = group * kept_scores(s_q, s_kv, skip, window)  # elements of S (and of P) per KV head
     dv = d if d_v is None else d_v
     qk_flops = scores * matmul_flops(1, d, 1)  # each score: a (1×d)·(d×1) dot product
     pv_flops = scores * matmul_flops(1, 1, dv)  # each kept score weights one d_v-vector of V

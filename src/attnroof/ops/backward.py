@@ -44,7 +44,7 @@ from __future__ import annotations
 from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
-from attnroof.ops.attention import _check, causal_band, causal_half
+from attnroof.ops.attention import _check, kept_scores
 from attnroof.ops.experts import UNIFORM, touched_experts
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
@@ -84,12 +84,6 @@ SCATTER_ADD_FLOPS_PER_ELEMENT = 1
 """An embedding's gradient: each token's row of dY added into its row of the table's gradient."""
 
 
-def _scores(s_q: Num, s_kv: Num, group: Num, causal: bool, window: Num | None = None) -> Num:
-    if causal and window is not None:  # the band within the window, as the forward computes
-        return group * causal_band(s_kv, window)
-    return group * (causal_half(s_q * s_kv) if causal else s_q * s_kv)
-
-
 def _attention_backward(
     s_q: Num,
     s_kv: Num,
@@ -105,7 +99,7 @@ def _attention_backward(
     d_v: Num | None = None,
 ) -> Cost:
     """One KV head and its ``group`` query heads; values (and O) ``d_v`` wide (default ``d``)."""
-    scores = _scores(s_q, s_kv, group, causal, window)
+    scores = group * kept_scores(s_q, s_kv, causal, window)
     dv_ = d if d_v is None else d_v
     mm = scores * matmul_flops(1, d, 1)  # one s×s×d product (S, dQ, dK), per kept score
     mm_v = scores * matmul_flops(1, 1, dv_)  # one s×s×d_v product (dV, dP)

@@ -33,7 +33,7 @@ from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.errors import InputError
-from attnroof.ops.attention import FUSED, PV, QK, SOFTMAX, _kept, attention, decode
+from attnroof.ops.attention import FUSED, PV, QK, SOFTMAX, attention, decode, kept_scores
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT, softmax_flops
 
@@ -110,7 +110,7 @@ def latent_attention(
         (Access("o_lat", rows * r * a), Access("W_UV", H * r * v * w)),
         (Access("O", rows * v * a),),
     )
-    scores = batch * H * _kept(s_q * s_kv, causal)
+    scores = batch * H * kept_scores(s_q, s_kv, causal, window)
     qk = scores * matmul_flops(1, r + rho, 1)
     pv = scores * matmul_flops(1, 1, r)
     sm = softmax_flops(scores, softmax_flops_per_element)

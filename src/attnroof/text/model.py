@@ -9,7 +9,7 @@ from typing import Any
 
 from attnroof.devices import Device
 from attnroof.dtypes import DType
-from attnroof.model.analysis import ModelAnalysis, Totals
+from attnroof.model.analysis import ModelAnalysis, OpResult, Totals
 from attnroof.model.batching import GemmCrossover
 from attnroof.model.config import ModelConfig
 from attnroof.model.memory import Memory
@@ -83,23 +83,28 @@ def header(s: Setting, batch: int | None) -> list[str]:
     return lines
 
 
+OP_HEADERS = ("operator", "×", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of step")
+
+
+def op_row(o: OpResult, step_time_s: float) -> list[str]:
+    """One operator of a step placed on the roof: its runs, work, traffic, bound and share."""
+    return [
+        o.name,
+        f"×{o.count}" if o.count > 1 else "",
+        render.flops(o.flops),
+        render.nbytes(o.bytes),
+        render.num(o.intensity),
+        duration(o.time_s),
+        o.limiter,
+        render.pct(o.count * o.time_s / step_time_s),
+    ]
+
+
 def step_text(s: Setting, a: ModelAnalysis) -> str:
     """One step: every operator placed, then the step's totals, its memory and the notes."""
     t = a.totals
-    rows = [
-        [
-            o.name,
-            f"×{o.count}" if o.count > 1 else "",
-            render.flops(o.flops),
-            render.nbytes(o.bytes),
-            render.num(o.intensity),
-            duration(o.time_s),
-            o.limiter,
-            render.pct(o.count * o.time_s / t.time_s),
-        ]
-        for o in a.ops
-    ]
-    headers = ["operator", "×", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of step"]
+    rows = [op_row(o, t.time_s) for o in a.ops]
+    headers = list(OP_HEADERS)
     tokens = t.tokens_per_s
     rate = f"≤ {render.num(tokens)} tokens/s" if tokens is not None else f"time to first token ≥ {_rate(t)}"
     out = [

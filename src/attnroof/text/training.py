@@ -12,6 +12,7 @@ from attnroof.passes import WORDS
 from attnroof.roofline import Roof, place
 from attnroof.sheet_backward import BackwardPart
 from attnroof.text import render
+from attnroof.text.model import OP_HEADERS, op_row
 from attnroof.text.render import table
 from attnroof.units import duration
 
@@ -39,22 +40,8 @@ def forward_crossover_line(forward: dict[str, Any]) -> str:
 def train_text(head: list[str], a: TrainAnalysis) -> str:
     """A training step: every operator of every pass placed, the totals by pass, MFU, memory."""
     t = a.totals
-    rows = [
-        [
-            op.pass_name,
-            o.name,
-            f"×{o.count}" if o.count > 1 else "",
-            render.flops(o.flops),
-            render.nbytes(o.bytes),
-            render.num(o.intensity),
-            duration(o.time_s),
-            o.limiter,
-            render.pct(o.count * o.time_s / t.time_s),
-        ]
-        for op in a.ops
-        for o in (op.result,)
-    ]
-    headers = ["pass", "operator", "×", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of step"]
+    rows = [[op.pass_name, *op_row(op.result, t.time_s)] for op in a.ops]
+    headers = ["pass", *OP_HEADERS]
     fl, tm = t.flops_by_pass, t.time_by_pass
     by_pass = ", ".join(
         f"{w} {render.flops(fl[w])} in {duration(tm[w])}" for w in PASS_NAMES if fl[w] or tm[w]
