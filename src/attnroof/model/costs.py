@@ -97,11 +97,11 @@ def _copy(i: OpInstance, st: Step) -> Cost:
     )
 
 
-def _attention(i: OpInstance, st: Step) -> Cost:
-    """Prefill: causal attention over the prompt. Decode: one token per sequence against its
-    cache (``decode``), ``group = heads / kv_heads`` query heads on each KV head."""
+def attention_args(i: OpInstance, st: Step) -> dict[str, Any]:
+    """An attention row's keyword arguments at ``st`` (its heads, dtypes, variant), for the
+    forward and the backward formulas alike."""
     p = st.prec
-    kw: dict[str, Any] = dict(
+    return dict(
         fused=st.fused,
         group=i.shape["group"],
         itemsize=p.itemsize,
@@ -110,6 +110,12 @@ def _attention(i: OpInstance, st: Step) -> Cost:
         batch=st.batch,
         kv_heads=i.shape["kv_heads"],
     )
+
+
+def _attention(i: OpInstance, st: Step) -> Cost:
+    """Prefill: causal attention over the prompt. Decode: one token per sequence against its
+    cache (``decode``), ``group = heads / kv_heads`` query heads on each KV head."""
+    kw = attention_args(i, st)
     d = i.shape["head_dim"]
     if st.phase == PREFILL:  # a windowed layer computes only the band within its window
         return operator("attention").forward(st.context, d, causal=True, window=i.shape.get("window"), **kw)

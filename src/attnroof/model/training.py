@@ -33,7 +33,7 @@ from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.config import ModelConfig
-from attnroof.model.costs import LATENT_WIDTHS, Op, expert_args
+from attnroof.model.costs import LATENT_WIDTHS, Op, attention_args, expert_args
 from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
 from attnroof.operators import CostFn, operator
@@ -131,19 +131,9 @@ def _embedding(i: OpInstance, st: Step, g: float) -> Cost:
 
 
 def _attention(i: OpInstance, st: Step, g: float) -> Cost:
-    p = st.prec
+    kw = attention_args(i, st)
     return _backward("attention")(
-        st.context,
-        i.shape["head_dim"],
-        causal=True,
-        fused=st.fused,
-        group=i.shape["group"],
-        itemsize=p.itemsize,
-        kv_itemsize=p.kv_itemsize,
-        softmax_flops_per_element=st.softmax_flops_per_element,
-        batch=st.batch,
-        kv_heads=i.shape["kv_heads"],
-        window=i.shape.get("window"),
+        st.context, i.shape["head_dim"], causal=True, window=i.shape.get("window"), **kw
     )
 
 
