@@ -324,3 +324,22 @@ def test_measure_calibrate_forecast_loop_on_cpu(tmp_path):
         inside += fc.low_s <= r["time_s"] <= fc.high_s
         assert 0.1 < fc.time_s / r["time_s"] < 10, (r["key"], fc)  # the right order of magnitude
     assert held and inside >= len(held) - 1, f"{inside} of {len(held)} held-out shapes inside the band"
+
+
+def test_calibrate_never_overwrites_measurements_or_foreign_files(tmp_path: Path) -> None:
+    """-o is checked before any fitting: a results file (or any file that is not an earlier
+    calibration) is left byte for byte, unless --force; an earlier calibration is replaced."""
+    results = tmp_path / "results.jsonl"
+    results.write_bytes((Path(__file__).parent / "data" / "h200-reference.jsonl").read_bytes())
+    before = results.read_bytes()
+    assert_one_line_error(run_cli("calibrate", str(results), "-o", str(results)), "holds", "--force")
+    assert results.read_bytes() == before
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": 1}\n')
+    assert_one_line_error(run_cli("calibrate", str(results), "-o", str(other)), "not an attnroof file")
+    assert other.read_text() == '{"mine": 1}\n'
+    cal = tmp_path / "cal.json"
+    for _ in range(2):  # a calibration replaces its own earlier file
+        assert run_cli("calibrate", str(results), "-o", str(cal)).returncode == 0
+    assert run_cli("calibrate", str(results), "-o", str(other), "--force").returncode == 0
+    assert json.loads(other.read_text())["format"] == "attnroof-calibration/1"

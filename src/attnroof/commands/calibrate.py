@@ -26,6 +26,8 @@ def _run(args: argparse.Namespace) -> int:
     from attnroof.measure.schema import parse_results
     from attnroof.text.calibration import fit_text
 
+    if args.output:  # before any work: a path that cannot or must not be written
+        _check_output(args.output, args.force)
     records = []
     for path in args.results:
         records += parse_results(read_text(path, "results file", InputError), path, repeats=True)
@@ -38,6 +40,25 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(fit_text(cals, args.output))
     return 0
+
+
+CALIBRATION_FORMAT = '"format": "attnroof-calibration/'
+"""How a calibration file begins: one of these may be replaced without --force."""
+
+
+def _check_output(path: str, force: bool) -> None:
+    """Refuse to replace measurements or any other file that is not an earlier calibration."""
+    from attnroof import outfile
+
+    outfile.target(path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            ours = CALIBRATION_FORMAT in f.read(200)
+    except OSError:
+        ours = False
+    outfile.check_overwrite(
+        path, force=force, foreign=ours, hint=" (pass --force to overwrite it, or choose another -o)"
+    )
 
 
 COMMANDS = (
