@@ -118,11 +118,17 @@ def measurements_in(path: str | os.PathLike[str]) -> str | None:
 
 
 def check_overwrite(
-    path: str | os.PathLike[str], *, force: bool = False, foreign: bool = True, hint: str = ""
+    path: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    foreign: bool = True,
+    hint: str = "",
+    own_marker: str = "",
 ) -> None:
     """Raise :class:`OutputError` when ``path`` holds measurements and ``force`` is false; with
     ``foreign=False`` also when it is a non-empty regular file of any other content (a writer
-    whose output is data, not a picture, leaves other people's files alone). ``hint`` ends the
+    whose output is data, not a picture, leaves other people's files alone) — except one whose
+    first bytes contain ``own_marker``, the writer's own earlier output. ``hint`` ends the
     message: the command's way out, e.g. its flag."""
     if force:
         return
@@ -134,8 +140,21 @@ def check_overwrite(
             st = os.stat(path)
         except OSError:
             return
-        if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+        if (
+            stat.S_ISREG(st.st_mode)
+            and st.st_size > 0
+            and not (own_marker and _starts_with(path, own_marker))
+        ):
             raise OutputError(f"{str(path)!r} is not an attnroof file: it is not overwritten{hint}")
+
+
+def _starts_with(path: str | os.PathLike[str], marker: str, window: int = 256) -> bool:
+    """``marker`` within the first ``window`` characters of the file (unreadable: False)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return marker in f.read(window)
+    except OSError:
+        return False
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:

@@ -51,14 +51,8 @@ def _check_output(path: str, force: bool) -> None:
     from attnroof import outfile
 
     outfile.target(path)
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            ours = CALIBRATION_FORMAT in f.read(200)
-    except OSError:
-        ours = False
-    outfile.check_overwrite(
-        path, force=force, foreign=ours, hint=" (pass --force to overwrite it, or choose another -o)"
-    )
+    hint = " (pass --force to overwrite it, or choose another -o)"
+    outfile.check_overwrite(path, force=force, foreign=False, hint=hint, own_marker=CALIBRATION_FORMAT)
 
 
 COMMANDS = (
