@@ -81,8 +81,8 @@ def test_every_entry_is_sourced_and_plausible(dev):
     assert dev.capacity_bytes is not None and 8e9 <= dev.capacity_bytes <= 1e12  # 8 GB .. 1 TB
     if dev.onchip_bytes is not None:
         assert 1e6 <= dev.onchip_bytes <= 1e9
-    if dev.interconnect_bytes_per_s is not None:
-        assert 1e10 <= dev.interconnect_bytes_per_s <= 1e13
+    if dev.links.scaleup_bytes_per_s is not None:  # one way per device: PCIe 3 x16 .. NVLink 5
+        assert 1e10 <= dev.links.scaleup_bytes_per_s <= 2e12
     if dev.name != "R":
         assert dev.vendor and dev.kind
 
@@ -129,7 +129,6 @@ def test_unverified_figures_are_left_out():
     assert "fp64" not in get_device("L40S").peak_flops_per_s  # third-party approximation only
     assert get_device("L40S").onchip_bytes is None  # n/v
     assert "fp16" not in get_device("Gaudi 3").peak_flops_per_s  # Intel publishes bf16 and fp8 only
-    assert get_device("MI250X").interconnect_bytes_per_s is None  # only a per-link figure
 
 
 def test_disagreeing_sources_pick_the_vendor_and_say_so():
@@ -178,7 +177,7 @@ def test_listing_falls_back_to_fp16_then_dash():
         "t.toml",
     )
     (a, b) = catalog_rows([fp16_only, fp32_only])
-    assert a[2] == "100 (fp16)" and a[5] == "100.0"  # 100e12 / 1e12 = 100.0
+    assert a[2] == "100 (fp16)" and a[7] == "100.0"  # 100e12 / 1e12 = 100.0
     assert b[2] == b[5] == "—"
 
 

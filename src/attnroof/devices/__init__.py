@@ -43,6 +43,7 @@ from attnroof.devices.checks import (
     check_onchip,
     check_rate,
 )
+from attnroof.devices.links import Links, links_from_record
 from attnroof.dtypes import DTYPES, DType, dtype
 from attnroof.errors import DeviceFileError, InputError, MissingPeak, UnknownDevice, read_json, read_text
 
@@ -59,6 +60,9 @@ _OPTIONAL = {
     "source",
     "onchip_bytes",
     "interconnect_bytes_per_s",
+    "links",
+    "capacity_marketed",
+    "capacity_source",
     "sparse_headline",
     "notes",
     "vendor",
@@ -74,10 +78,14 @@ class Device:
     peak_flops_per_s: Mapping[str, float]
     bandwidth_bytes_per_s: float
     capacity_bytes: float | None = None
+    """The memory the device really has, as its driver reports the total (an H100 "80 GB" holds
+    80 GiB); ``capacity_marketed`` keeps the vendor's figure beside it."""
     aliases: tuple[str, ...] = ()
     source: str = ""
     onchip_bytes: float | None = None
-    interconnect_bytes_per_s: float | None = None
+    links: Links = field(default_factory=Links)
+    capacity_marketed: str = ""
+    capacity_source: str = ""
     sparse_headline: str = ""
     notes: str = ""
     vendor: str = ""
@@ -141,7 +149,9 @@ class Device:
             "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
             "capacity_bytes": self.capacity_bytes,
             "onchip_bytes": self.onchip_bytes,
-            "interconnect_bytes_per_s": self.interconnect_bytes_per_s,
+            "capacity_marketed": self.capacity_marketed,
+            "capacity_source": self.capacity_source,
+            "links": self.links.to_json(),
             "sparse_headline": self.sparse_headline,
             "notes": self.notes,
             "source": self.source,
@@ -192,10 +202,7 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         _wrap(at, check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12")
         peaks[dt_name] = float(value)
     _wrap(at, check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
-    optional_rates = ("interconnect_bytes_per_s",)
-    for key in optional_rates:
-        if key in record:
-            _wrap(at, check_rate, key, record[key], "bytes/s", "900e9")
+    links = links_from_record(record, at)
     for key in ("capacity_bytes", "onchip_bytes"):
         if key in record:
             if key == "capacity_bytes":
@@ -205,7 +212,7 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise DeviceFileError(f"{at}'aliases' must be a list of strings")
-    for key in ("source", "sparse_headline", "notes", "vendor", "kind"):
+    for key in ("source", "sparse_headline", "notes", "vendor", "kind", "capacity_marketed", "capacity_source"):
         if key in record and not isinstance(record[key], str):
             raise DeviceFileError(f"{at}{key!r} must be a string")
     return Device(
@@ -216,7 +223,9 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         aliases=tuple(aliases),
         source=record.get("source", ""),
         onchip_bytes=_opt_float(record.get("onchip_bytes")),
-        interconnect_bytes_per_s=_opt_float(record.get("interconnect_bytes_per_s")),
+        links=links,
+        capacity_marketed=record.get("capacity_marketed", ""),
+        capacity_source=record.get("capacity_source", ""),
         sparse_headline=record.get("sparse_headline", ""),
         notes=record.get("notes", ""),
         vendor=record.get("vendor", ""),

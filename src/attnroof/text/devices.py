@@ -20,7 +20,11 @@ MISSING = "—"
 WRAP = 100
 """Characters per line for the notes and sources of ``attnroof devices NAME``."""
 
-LIST_HEADERS = ("device", "vendor", "{dt} {unit}", "TB/s", "GB", "ridge FLOP/B", "aliases")
+LIST_HEADERS = (
+    "device", "vendor", "{dt} {unit}", "TB/s", "GB", "link GB/s", "domain", "ridge FLOP/B", "aliases",
+)  # fmt: skip
+"""GB: the memory the device has (decimal GB of its real bytes, not the marketed figure); link:
+the scale-up bandwidth one way per device; domain: the devices one scale-up domain joins."""
 
 
 # ---------------------------------------------------------------- figures
@@ -64,7 +68,9 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
                 dev.vendor or MISSING,
                 peak,
                 fig(dev.bandwidth_bytes_per_s, TB_PER_S),
-                fig(dev.capacity_bytes, GB),
+                fig(_round(dev.capacity_bytes), GB),
+                fig(dev.links.scaleup_bytes_per_s, GB),
+                MISSING if dev.links.scaleup_domain is None else str(dev.links.scaleup_domain),
                 ridge,
                 ", ".join(dev.aliases),
             ]
@@ -75,7 +81,12 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
 def catalog_table(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> str:
     """The Markdown table of ``devices`` that ``attnroof devices`` prints and the README carries."""
     headers = [h.format(dt=dt, unit=peak_unit(dt)) for h in LIST_HEADERS]
-    return table(headers, catalog_rows(devices, dt), "llrrrrl")
+    return table(headers, catalog_rows(devices, dt), "llrrrrrrl")
+
+
+def _round(capacity: float | None) -> float | None:
+    """Bytes rounded to 0.1 GB for the listing (85.9e9 for 80 GiB)."""
+    return None if capacity is None else round(capacity / 1e8) * 1e8
 
 
 # ---------------------------------------------------------------- one device
@@ -90,22 +101,25 @@ def device_text(dev: Device) -> str:
     kind = " ".join(x for x in (dev.vendor, dev.kind) if x)
     memory = [f"bandwidth {fig(dev.bandwidth_bytes_per_s, TB_PER_S)} TB/s"]
     if dev.capacity_bytes is not None:
-        memory.append(f"capacity {fig(dev.capacity_bytes, GB)} GB")
+        sold = f", sold as {dev.capacity_marketed}" if dev.capacity_marketed else ""
+        memory.append(f"capacity {dev.capacity_bytes:.6g} B ({fig(_round(dev.capacity_bytes), GB)} GB{sold})")
     if dev.onchip_bytes is not None:
         memory.append(f"on-chip {fig(dev.onchip_bytes, MB)} MB")
-    if dev.interconnect_bytes_per_s is not None:
-        memory.append(f"interconnect {fig(dev.interconnect_bytes_per_s, GB)} GB/s")
     order = [d for d in DTYPES if d in dev.peak_flops_per_s]
     rows = [[d, f"{fig(dev.peak(d), TERA)} {peak_unit(d)}", f"{dev.ridge(d):.1f}"] for d in order]
     lines = [
         dev.name + (f" ({kind})" if kind else ""),
         "aliases: " + (", ".join(dev.aliases) or MISSING),
         "memory: " + ", ".join(memory),
+        "links: " + link_text(dev),
         "",
         table(["dtype", "dense peak", "ridge FLOP/B"], rows),
         "",
     ]
     for label, text in (
+        ("capacity source", dev.capacity_source),
+        ("links source", dev.links.source),
+        ("links notes", dev.links.notes),
         ("sparsity", dev.sparse_headline),
         ("notes", dev.notes),
         ("source", dev.source or "(none given)"),
@@ -114,3 +128,18 @@ def device_text(dev: Device) -> str:
         if text:
             lines.append(textwrap.fill(text, WRAP, initial_indent=f"{label}: ", subsequent_indent="  "))
     return "\n".join(lines)
+
+
+def link_text(dev: Device) -> str:
+    """Scale-up and scale-out links in words: bandwidth one way per device, domain, latency."""
+    parts = []
+    for link, domain in ((dev.links.scaleup, dev.links.scaleup_domain), (dev.links.scaleout, None)):
+        if link is None:
+            continue
+        name = f" ({link.name})" if link.name else ""
+        size = f", {domain} devices a domain" if domain else ""
+        parts.append(
+            f"{link.kind} {fig(link.bandwidth_bytes_per_s, GB)} GB/s one way{name}{size}, "
+            f"{link.latency_s * 1e6:g} µs a step"
+        )
+    return "; ".join(parts) or "none in the catalog (give --link-bandwidth)"

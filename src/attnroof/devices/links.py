@@ -1,0 +1,148 @@
+"""A device's links to its peers: the second roofline, for bytes that cross between devices.
+
+Every bandwidth here is **one direction, per device**: the bytes one device can send (and, at the
+same time, receive) per second. That is the figure nccl-tests' *bus bandwidth* approaches on a
+ring, so a measured busbw compares with it directly. Vendors quote NVLink and ICI both ways
+together (H100: "900 GB/s" = 450 GB/s each way); such a headline is halved once, on entry.
+
+    scale-up    the fast domain: NVLink / NVSwitch, Infinity Fabric, ICI; ``domain`` devices
+                (8 on an HGX board, 72 in an NVL72 rack, a TPU slice)
+    scale-out   between domains: the NICs of one device (e.g. one 400 Gb/s NIC = 50e9 B/s)
+    latency     the fixed cost of one step of a collective (one message between neighbours), s
+
+A device file's links::
+
+    [device.links]
+    scaleup_bytes_per_s = 450e9
+    scaleup_domain = 8
+    scaleout_bytes_per_s = 50e9
+    source = "..."
+
+``interconnect_bytes_per_s`` (a vendor's both-ways headline, from earlier device files) is still
+read: it becomes ``scaleup_bytes_per_s`` at half its value.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.devices.checks import _check_figure, check_rate
+from attnroof.errors import DeviceFileError
+
+SCALE_UP, SCALE_OUT = "scale-up", "scale-out"
+DEFAULT_SCALEUP_LATENCY_S = 2e-6
+"""Per-step latency of a scale-up collective when the catalog has none: a few µs is what NCCL's
+ring on NVLink costs per step (its tuning model's base plus hardware latency)."""
+DEFAULT_SCALEOUT_LATENCY_S = 5e-6
+"""Per-step latency across the network when the catalog has none (InfiniBand/RoCE, a few µs)."""
+
+_FIELDS = {
+    "scaleup_bytes_per_s": "bytes/s",
+    "scaleup_domain": "devices",
+    "scaleup_latency_s": "s",
+    "scaleup_name": "",
+    "scaleout_bytes_per_s": "bytes/s",
+    "scaleout_latency_s": "s",
+    "scaleout_name": "",
+    "source": "",
+    "notes": "",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One link class as the collectives see it: one-way bandwidth per device and step latency."""
+
+    kind: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Links:
+    """A device's scale-up and scale-out links (SI units; bandwidths one direction per device)."""
+
+    scaleup_bytes_per_s: float | None = None
+    scaleup_domain: int | None = None
+    """Devices one scale-up domain joins; ``None``: unknown (every group is taken to fit)."""
+    scaleup_latency_s: float | None = None
+    scaleup_name: str = ""
+    scaleout_bytes_per_s: float | None = None
+    scaleout_latency_s: float | None = None
+    scaleout_name: str = ""
+    source: str = ""
+    notes: str = ""
+
+    @property
+    def scaleup(self) -> Link | None:
+        if self.scaleup_bytes_per_s is None:
+            return None
+        lat = DEFAULT_SCALEUP_LATENCY_S if self.scaleup_latency_s is None else self.scaleup_latency_s
+        return Link(SCALE_UP, self.scaleup_bytes_per_s, lat, self.scaleup_name)
+
+    @property
+    def scaleout(self) -> Link | None:
+        if self.scaleout_bytes_per_s is None:
+            return None
+        lat = DEFAULT_SCALEOUT_LATENCY_S if self.scaleout_latency_s is None else self.scaleout_latency_s
+        return Link(SCALE_OUT, self.scaleout_bytes_per_s, lat, self.scaleout_name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scaleup_bytes_per_s": self.scaleup_bytes_per_s,
+            "scaleup_domain": self.scaleup_domain,
+            "scaleup_latency_s": self.scaleup_latency_s,
+            "scaleup_name": self.scaleup_name,
+            "scaleout_bytes_per_s": self.scaleout_bytes_per_s,
+            "scaleout_latency_s": self.scaleout_latency_s,
+            "scaleout_name": self.scaleout_name,
+            "source": self.source,
+            "notes": self.notes,
+        }
+
+
+def links_from_record(record: Mapping[str, Any], at: str) -> Links:
+    """The ``links`` table of a device record (and a legacy ``interconnect_bytes_per_s``)."""
+    raw = record.get("links", {})
+    if not isinstance(raw, Mapping):
+        raise DeviceFileError(f"{at}'links' must be a table ([device.links])")
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(_FIELDS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise DeviceFileError(f"{at}unknown field 'links.{unknown[0]}'{hint}")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        unit, what = _FIELDS[key], f"links.{key}"
+        try:
+            if unit == "bytes/s":
+                check_rate(what, value, unit, "450e9")
+                values[key] = float(value)
+            elif unit == "s":
+                _check_figure(what, value, unit)
+                if value > 1:
+                    raise DeviceFileError(f"{what} = {value!r} s is implausibly large for a link latency")
+                values[key] = float(value)
+            elif unit == "devices":
+                if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
+                    raise DeviceFileError(f"{what} = {value!r} must be a whole number of devices ≥ 1")
+                values[key] = value
+            elif not isinstance(value, str):
+                raise DeviceFileError(f"{what} must be a string")
+            else:
+                values[key] = value
+        except DeviceFileError as e:
+            raise DeviceFileError(at + str(e)) from None
+    legacy = record.get("interconnect_bytes_per_s")
+    if legacy is not None and "scaleup_bytes_per_s" not in values:
+        try:
+            check_rate("interconnect_bytes_per_s", legacy, "bytes/s", "900e9")
+        except DeviceFileError as e:
+            raise DeviceFileError(at + str(e)) from None
+        values["scaleup_bytes_per_s"] = float(legacy) / 2  # a both-ways headline: one way is half
+        values.setdefault("notes", "scale-up bandwidth: half of interconnect_bytes_per_s (both ways)")
+    return Links(**values)
