@@ -30,7 +30,9 @@ def test_every_formula_is_registered_once():
         "experts",
         "latent attention",
     }
-    assert set(operators.OPERATORS) == cost_formulas
+    collectives = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send/recv"}
+    assert set(operators.OPERATORS) == cost_formulas | collectives
+    assert {n for n, o in operators.OPERATORS.items() if o.kind == "collective"} == collectives
     with pytest.raises(ValueError, match="already registered"):
         operators.register("linear", ops.linear, kind=operators.GEMM)
 
@@ -42,9 +44,11 @@ def test_kinds_group_operators_for_calibration_and_reports():
     assert {kinds[n] for n in ("softmax", "norm", "add", "activation", "copy", "embedding")} == {"memory"}
 
 
-def test_every_operator_has_a_backward_and_the_split_slot_waits():
+def test_every_operator_has_a_backward():
     assert all(op.backward is not None for op in operators.OPERATORS.values())
-    assert operators.operator("attention").split is None  # filled by the parallelism issue
+    # an all-gather's gradient is a reduce-scatter of the same buffer: (n − 1)/n · M either way
+    back = operators.operator("all-gather").backward(1024, 4)
+    assert (back.collective, back.bytes_per_device) == ("reduce-scatter", 768.0)
 
 
 def test_unknown_operator_suggests():

@@ -2,23 +2,28 @@
 
 Like ``torch/utils/flop_counter.py``'s registered formulas or jax's per-primitive roofline rules,
 each entry names an operator and points at its formula; nothing else in attnroof decides what an
-operator costs. An entry has three slots:
+operator costs. An entry has two slots:
 
 - ``forward``: the forward pass, a function of shapes returning a :class:`~attnroof.cost.Cost`
   (the formulas of :mod:`attnroof.ops`, unchanged);
 - ``backward``: the backward pass, a function of the forward's arguments (and the bytes of a
   weight's gradient, ``grad_itemsize``, where there is a weight): :mod:`attnroof.ops.backward`;
-- ``split``: the cost on one of ``n`` devices plus its collectives (the parallelism issue fills
-  it; ``None`` until then).
+
+How a row is cut across devices depends on the row (a column- or a row-parallel weight), not on
+its operator: the layer table says it per row and :mod:`attnroof.model.parallel` cuts it.
 
 ``kind`` groups operators the way a calibration fits them and a report sums them: ``gemm``
 (weight matrix products), ``attention`` (the score/softmax/value pipeline) and ``memory``
-(element-wise passes and copies, always far below any ridge).
+(element-wise passes and copies, always far below any ridge); ``collective`` operators move
+bytes between devices and return a :class:`~attnroof.ops.collectives.Comm` placed on the link
+roof (:mod:`attnroof.ops.collectives`), not a :class:`~attnroof.cost.Cost`.
 
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
-    >>> sorted(OPERATORS)
+    >>> sorted(o for o in OPERATORS if OPERATORS[o].kind != COLLECTIVE)
     ['activation', 'add', 'attention', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'norm', 'softmax']
+    >>> [o for o in OPERATORS if OPERATORS[o].kind == COLLECTIVE]
+    ['all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'send/recv']
 """
 
 from __future__ import annotations
@@ -26,20 +31,22 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from attnroof.cost import Cost
 from attnroof.errors import InputError
 from attnroof.ops import attention, decode, linear
 from attnroof.ops import backward as bwd
+from attnroof.ops import collectives as coll
 from attnroof.ops.elementwise import activation, add, copy, embedding, norm
 from attnroof.ops.experts import expert_gemm
 from attnroof.ops.latent import latent_attention
 from attnroof.ops.softmax import softmax
 
-GEMM, ATTENTION, MEMORY_PASS = "gemm", "attention", "memory"
-KINDS = (GEMM, ATTENTION, MEMORY_PASS)
+GEMM, ATTENTION, MEMORY_PASS, COLLECTIVE = "gemm", "attention", "memory", "collective"
+KINDS = (GEMM, ATTENTION, MEMORY_PASS, COLLECTIVE)
 
-CostFn = Callable[..., Cost]
+CostFn = Callable[..., Any]
+"""A formula: returns a :class:`~attnroof.cost.Cost`, or a :class:`~attnroof.ops.collectives.Comm` for a collective."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,6 @@ class Operator:
     kind: str
     forward: CostFn
     backward: CostFn | None = None
-    split: CostFn | None = None
 
     @property
     def summary(self) -> str:
@@ -67,14 +73,13 @@ def register(
     *,
     kind: str,
     backward: CostFn | None = None,
-    split: CostFn | None = None,
 ) -> Operator:
     """Add ``name`` to the table. A name is registered once: a second registration is a bug."""
     if name in OPERATORS:
         raise ValueError(f"operator {name!r} is already registered")
     if kind not in KINDS:
         raise ValueError(f"operator {name!r}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    op = Operator(name, kind, forward, backward, split)
+    op = Operator(name, kind, forward, backward)
     OPERATORS[name] = op
     return op
 
@@ -100,3 +105,7 @@ register("embedding", embedding, kind=MEMORY_PASS, backward=bwd.embedding_backwa
 register("copy", copy, kind=MEMORY_PASS, backward=bwd.copy_backward)
 register("experts", expert_gemm, kind=GEMM, backward=bwd.expert_backward)
 register("latent attention", latent_attention, kind=ATTENTION, backward=bwd.latent_attention_backward)
+for _name in coll.COLLECTIVES:
+    register(
+        _name, coll.COLLECTIVE_FN[_name], kind=COLLECTIVE, backward=coll.COLLECTIVE_FN[coll.CONJUGATE[_name]]
+    )
