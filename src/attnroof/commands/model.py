@@ -17,6 +17,7 @@ from attnroof.commands._common import (
     require,
     roof_from_args,
 )
+from attnroof.commands._parallel import add_parallel_args, run_parallel, wants_parallel
 from attnroof.commands._train import add_train_args, check_train_flags, run_train
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
@@ -74,6 +75,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "(K and V decompressed per head, as transformers runs it) (default absorbed)",
     )
     add_train_args(p)
+    add_parallel_args(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
     add_json_arg(p)
@@ -146,10 +148,12 @@ def _run(args: argparse.Namespace) -> int:
     model = get_model(args.model)
     dev, dt, roof = roof_from_args(args)
     wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
-    if args.phase == "train":
-        return run_train(model, args, dev, roof, dt, wdt)
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
     job = _Job(model, args, dev, roof, dt, wdt, kdt)
+    if wants_parallel(args):
+        return run_parallel(job)
+    if args.phase == "train":
+        return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
 
 

@@ -8,7 +8,9 @@ together (H100: "900 GB/s" = 450 GB/s each way); such a headline is halved once,
     scale-up    the fast domain: NVLink / NVSwitch, Infinity Fabric, ICI; ``domain`` devices
                 (8 on an HGX board, 72 in an NVL72 rack, a TPU slice)
     scale-out   between domains: the NICs of one device (e.g. one 400 Gb/s NIC = 50e9 B/s)
-    latency     the fixed cost of one step of a collective (one message between neighbours), s
+    latency     a collective's fixed cost per call plus one per step (one hop between
+                neighbours), s: NCCL's own cost model (``src/graph/tuning.cc``) in its low-latency
+                ring protocol, which small messages (decode's all-reduces) take
 
 A device file's links::
 
@@ -33,11 +35,14 @@ from attnroof.devices.checks import _check_figure, check_rate
 from attnroof.errors import DeviceFileError
 
 SCALE_UP, SCALE_OUT = "scale-up", "scale-out"
-DEFAULT_SCALEUP_LATENCY_S = 2e-6
-"""Per-step latency of a scale-up collective when the catalog has none: a few µs is what NCCL's
-ring on NVLink costs per step (its tuning model's base plus hardware latency)."""
-DEFAULT_SCALEOUT_LATENCY_S = 5e-6
-"""Per-step latency across the network when the catalog has none (InfiniBand/RoCE, a few µs)."""
+BASE_LATENCY_S = 3.6e-6
+"""Fixed cost of one collective call: NCCL's ``baseLat`` for the ring with the LL protocol."""
+DEFAULT_SCALEUP_LATENCY_S = 0.47e-6
+"""Per-step latency on a scale-up link when the catalog has none: NCCL's ``hwLat`` for NVLink,
+ring, LL protocol (an 8-device all-reduce: 3.6 + 14 × 0.47 = 10.2 µs before any byte moves)."""
+DEFAULT_SCALEOUT_LATENCY_S = 2.7e-6
+"""Per-step latency across the network when the catalog has none: NCCL's ``hwLat`` for the
+network, ring, LL protocol."""
 
 _FIELDS = {
     "scaleup_bytes_per_s": "bytes/s",
@@ -59,7 +64,10 @@ class Link:
     kind: str
     bandwidth_bytes_per_s: float
     latency_s: float
+    """Per step (hop) of a collective."""
     name: str = ""
+    base_latency_s: float = BASE_LATENCY_S
+    """Per collective call."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.model.config import ModelConfig
@@ -23,6 +23,9 @@ from attnroof.operators import operator
 from attnroof.ops.experts import UNIFORM
 from attnroof.ops.latent import ABSORBED, NAIVE
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+
+if TYPE_CHECKING:
+    from attnroof.model.parallel import Shard
 
 BIAS_FLOPS_PER_ELEMENT = 1
 """A bias add in the GEMM epilogue: one addition per output element."""
@@ -42,10 +45,16 @@ def _linear(i: OpInstance, st: Step) -> Cost:
     return Cost((Stage(stage.name, flops, (*stage.reads, bias), stage.writes),))
 
 
+def _row_tokens(i: OpInstance, st: Step) -> Num:
+    """Tokens an element-wise row runs on: all of the step's, or 1/t of them where sequence
+    parallelism spreads the norms and adds of a tensor-parallel group (``sequence_shards`` = t)."""
+    return st.tokens() / i.shape["sequence_shards"] if "sequence_shards" in i.shape else st.tokens()
+
+
 def _norm(i: OpInstance, st: Step) -> Cost:
     p = st.prec
     return operator("norm").forward(
-        st.tokens(),
+        _row_tokens(i, st),
         i.shape["width"],
         itemsize=p.itemsize,
         weight_itemsize=p.weight_itemsize,
@@ -57,7 +66,7 @@ def _norm(i: OpInstance, st: Step) -> Cost:
 
 def _add(i: OpInstance, st: Step) -> Cost:
     return operator("add").forward(
-        st.tokens(), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
+        _row_tokens(i, st), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
     )
 
 
@@ -123,7 +132,10 @@ def _attention(i: OpInstance, st: Step) -> Cost:
 
 
 def expert_args(i: OpInstance, st: Step) -> tuple[tuple[Num, int, int], dict[str, Any]]:
-    """An expert row's arguments at ``st``, for its forward and its backward alike."""
+    """An expert row's arguments at ``st``, for its forward and its backward alike. Under expert
+    parallelism (``ep`` in the shape) the tokens are the EP group's — ``ep`` replicas pool theirs —
+    and the caller keeps 1/ep of the cost: with balanced routing each device runs as many routed
+    tokens as it sends, on E/ep experts, each touched as often as the pooled tokens touch it."""
     p = st.prec
     kw = dict(
         experts=i.shape["experts"],
@@ -134,7 +146,7 @@ def expert_args(i: OpInstance, st: Step) -> tuple[tuple[Num, int, int], dict[str
         bias=i.shape["bias"],
         name=i.kernel or i.name,
     )
-    return (st.tokens(), i.shape["k"], i.shape["m"]), kw
+    return (st.tokens() * i.shape.get("ep", 1), i.shape["k"], i.shape["m"]), kw
 
 
 LATENT_WIDTHS = ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -144,7 +156,9 @@ LATENT_WIDTHS = ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim"
 def _experts(i: OpInstance, st: Step) -> Cost:
     """Routed experts: every token through top_k of them, weights read for those touched."""
     args, kw = expert_args(i, st)
-    return operator("experts").forward(*args, **kw)
+    cost = operator("experts").forward(*args, **kw)
+    ep = i.shape.get("ep", 1)  # expert parallel: the group's tokens on 1/ep of the experts
+    return cost if ep == 1 else Cost(tuple(s.scaled(1 / ep) for s in cost.stages))
 
 
 def _latent_attention(i: OpInstance, st: Step) -> Cost:
@@ -204,6 +218,7 @@ def model_ops(
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
     routing: str = UNIFORM,
     latent_form: str = ABSORBED,
+    shard: Shard | None = None,
 ) -> list[Op]:
     """Every operator of one step, in execution order, costed from the layer table.
 
@@ -217,5 +232,5 @@ def model_ops(
     )
     return [
         Op(i.name, i.cost(step), i.count, i.is_attention, i.layer_kind, i.operator)
-        for i in layer_table(model)
+        for i in layer_table(model, shard)
     ]

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof import arrays
 from attnroof.cost import Cost, Num
@@ -43,6 +43,9 @@ from attnroof.model.config import ModelConfig
 from attnroof.ops.experts import UNIFORM
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+
+if TYPE_CHECKING:
+    from attnroof.model.parallel import Shard
 
 PREFILL, DECODE = "prefill", "decode"
 PHASES = (PREFILL, DECODE)
@@ -58,6 +61,13 @@ sequence (the LM head: only the next token's logits are wanted)."""
 
 KV_TENSORS = 2
 """A KV cache keeps two tensors per token and layer: K and V."""
+
+REPLICATED, COLUMN, ROW, HEADS, VOCAB = "replicated", "column", "row", "heads", "vocab"
+"""How tensor parallelism cuts a row (:mod:`attnroof.model.parallel`): not at all (norms, adds,
+the router, latent down-projections), along its output (a column-parallel weight: QKV, gate/up),
+along its input (a row-parallel weight: output and down projections, an all-reduce after), by
+heads (attention, its KV cache and QK norm) or by vocabulary rows (embedding, LM head). Experts
+are cut like a dense MLP (gate/up by column, down by row) and spread over expert parallelism."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,8 @@ class OpInstance:
     tokens: str = ALL_TOKENS
     kernel: str = ""
     """The stage name its cost carries, when it differs from ``name``."""
+    split: str = REPLICATED
+    """How tensor parallelism cuts it (:data:`COLUMN`, :data:`ROW`, ...)."""
 
     @property
     def active(self) -> int:
@@ -165,40 +177,66 @@ class OpInstance:
 # ---------------------------------------------------------------- the table
 
 
-def layer_table(model: ModelConfig) -> list[OpInstance]:
+def layer_table(model: ModelConfig, shard: Shard | None = None) -> list[OpInstance]:
     """The operator instances of one forward step of ``model``, in execution order (built once
     per model: every analysis, memory search and grid reads the same table).
 
     >>> from attnroof.model.config import builtin
     >>> [(i.name, i.operator, i.count) for i in layer_table(builtin("llama-3.1-8b"))][:3]
     [('embedding', 'embedding', 1), ('attention norm', 'norm', 32), ('QKV projection', 'linear', 32)]
+
+    With a ``shard``: what one device of a parallel plan runs (:mod:`attnroof.model.parallel`).
     """
+    if shard is not None:
+        return list(_device_table(model, shard))
     return list(_layer_table(model))
 
 
-@lru_cache(maxsize=64)
-def _layer_table(model: ModelConfig) -> tuple[OpInstance, ...]:
+@lru_cache(maxsize=256)
+def _device_table(model: ModelConfig, shard: Shard) -> tuple[OpInstance, ...]:
+    from attnroof.model.parallel import shard_row
+
+    return tuple(shard_row(r, model, shard) for r in _layer_table(model, shard.first, shard.stop))
+
+
+def stage_table(model: ModelConfig, first: int, stop: int) -> list[OpInstance]:
+    """The rows of layers ``first`` to ``stop - 1`` only: one pipeline stage's, with the input
+    tables on the stage that holds layer 0 and the head on the one that holds the last layer.
+
+    >>> from attnroof.model.config import builtin
+    >>> m = builtin("llama-3.1-8b")
+    >>> [(i.name, i.count) for i in stage_table(m, 16, 32)][:2]
+    [('attention norm', 16), ('QKV projection', 16)]
+    """
+    return list(_layer_table(model, first, stop))
+
+
+@lru_cache(maxsize=256)
+def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) -> tuple[OpInstance, ...]:
     from attnroof.model.rows import head_rows, input_rows, layer_rows
 
     windows, moe = model.layer_windows(), model.layer_is_moe()
     mixed_windows = len(set(windows)) > 1
     mixed_mlp = len(set(moe)) > 1 or any(moe)
-    first: dict[tuple[Any, ...], OpInstance] = {}
+    last = len(windows) if stop is None else stop
+    first_rows: dict[tuple[Any, ...], OpInstance] = {}
     counts: dict[tuple[Any, ...], int] = {}
-    for window, is_moe in zip(windows, moe, strict=True):
+    for window, is_moe in list(zip(windows, moe, strict=True))[first:last]:
         attn_kind = (LOCAL if window is not None else GLOBAL) if mixed_windows else LAYER
         mlp_kind = (MOE if is_moe else DENSE_MLP) if mixed_mlp else LAYER
         for row in layer_rows(model, window, is_moe, attn_kind, mlp_kind, named=mixed_windows):
             k = row.key()
-            first.setdefault(k, row)
+            first_rows.setdefault(k, row)
             counts[k] = counts.get(k, 0) + 1
-    merged = [replace(row, count=counts[k]) for k, row in first.items()]
-    return (*input_rows(model), *merged, *head_rows(model))
+    merged = [replace(row, count=counts[k]) for k, row in first_rows.items()]
+    inputs = input_rows(model) if first == 0 else []
+    head = head_rows(model) if last == len(windows) else []
+    return (*inputs, *merged, *head)
 
 
-def params(model: ModelConfig) -> int:
-    """Every parameter of ``model``, summed over its layer table."""
-    return sum(i.count * i.params for i in layer_table(model))
+def params(model: ModelConfig, shard: Shard | None = None) -> int:
+    """Every parameter of ``model`` (on one device of a ``shard``), summed over its layer table."""
+    return sum(i.count * i.params for i in layer_table(model, shard))
 
 
 def params_read(model: ModelConfig) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof import arrays
 from attnroof.cost import Num
@@ -26,22 +26,32 @@ from attnroof.model.config import ModelConfig
 from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params
 from attnroof.ops.experts import UNIFORM, touched_experts
 
+if TYPE_CHECKING:
+    from attnroof.model.parallel import Shard
+
 MAX_SEARCH_CONTEXT = 2**40
 """Contexts searched for the largest that fits; beyond it (only with a sliding window and fused
 attention does memory stop growing with context) the context is reported as unbounded."""
 
 
-def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float) -> float:
+def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float, shard: Shard | None = None) -> float:
     """Bytes of K and V that one token adds to the cache, over all layers.
 
     >>> from attnroof.model.config import builtin
     >>> kv_cache_bytes_per_token(builtin("llama-3.1-8b"), 2)     # 32 × 2 × 8 × 128 × 2
     131072
     """
-    return sum(i.count * i.kv_elements_per_token for i in layer_table(model)) * kv_itemsize
+    return sum(i.count * i.kv_elements_per_token for i in layer_table(model, shard)) * kv_itemsize
 
 
-def weights_read(model: ModelConfig, phase: str, batch: Num, context: Num, routing: str = UNIFORM) -> Num:
+def weights_read(
+    model: ModelConfig,
+    phase: str,
+    batch: Num,
+    context: Num,
+    routing: str = UNIFORM,
+    shard: Shard | None = None,
+) -> Num:
     """Parameters one step reads: every weight it streams whole, and of each mixture of experts
     only the experts its tokens touch (:func:`attnroof.ops.experts.touched_experts`).
 
@@ -52,18 +62,20 @@ def weights_read(model: ModelConfig, phase: str, batch: Num, context: Num, routi
     """
     tokens = Step(phase, batch, context).tokens()
     total: Num = 0
-    for i in layer_table(model):
-        if i.operator == "experts":
-            each = i.params_read // i.shape["experts"]
-            total = total + i.count * each * touched_experts(
-                tokens, i.shape["experts"], i.shape["top_k"], routing
-            )
+    for i in layer_table(model, shard):
+        if i.operator == "experts":  # under expert parallelism: the group's tokens, 1/ep of the experts
+            ep = i.shape.get("ep", 1)
+            each = i.params_read * ep / i.shape["experts"]
+            touched = touched_experts(tokens * ep, i.shape["experts"], i.shape["top_k"], routing)
+            total = total + i.count * each * touched / ep
         else:
             total = total + i.count * i.params_read
     return total
 
 
-def kv_cache_bytes_per_sequence(model: ModelConfig, context: Num, kv_itemsize: float) -> Num:
+def kv_cache_bytes_per_sequence(
+    model: ModelConfig, context: Num, kv_itemsize: float, shard: Shard | None = None
+) -> Num:
     """Bytes of one sequence's KV cache at ``context`` tokens: each attention instance keeps its
     own cached tokens (all of them, or its window).
 
@@ -72,20 +84,27 @@ def kv_cache_bytes_per_sequence(model: ModelConfig, context: Num, kv_itemsize: f
     536870912
     """
     total: Num = 0
-    for i in layer_table(model):
+    for i in layer_table(model, shard):
         if i.kv_elements_per_token:
             total = total + i.count * i.kv_elements_per_token * i.cached_tokens(context)
     return total * kv_itemsize
 
 
 def activation_bytes(
-    model: ModelConfig, phase: str, batch: Num, context: Num, prec: Precision, *, fused: bool
+    model: ModelConfig,
+    phase: str,
+    batch: Num,
+    context: Num,
+    prec: Precision,
+    *,
+    fused: bool,
+    shard: Shard | None = None,
 ) -> Num:
     """Peak live activation bytes of one layer (layers run one after another and free their
     transients). Unfused prefill materialises ``batch × heads`` score matrices of context²."""
     step = Step(phase, batch, context, prec, fused)
-    table = layer_table(model)
-    hidden = next(i.shape["width"] for i in table if i.operator == "embedding")
+    table = layer_table(model, shard)
+    hidden = model.hidden
     widest = reduce(
         arrays.maximum, (step.tokens(i.tokens) * i.shape["m"] for i in table if i.operator == "linear")
     )
@@ -147,6 +166,7 @@ def memory(
     *,
     fused: bool = True,
     routing: str = UNIFORM,
+    shard: Shard | None = None,
 ) -> Memory:
     """Weights, KV cache and activations of ``batch`` sequences at ``context`` tokens.
 
@@ -155,15 +175,15 @@ def memory(
     >>> mem.kv_cache_bytes, mem.max_batch                     # 131072 B × 8192 tokens = 1 GiB
     (1073741824, 116)
     """
-    per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize)
-    weights = params(model) * prec.weight_itemsize
+    per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize, shard)
+    weights = params(model, shard) * prec.weight_itemsize
 
     def used(b: int, c: int) -> float:
-        kv = kv_cache_bytes_per_sequence(model, c, prec.kv_itemsize) * b
-        return weights + kv + activation_bytes(model, phase, b, c, prec, fused=fused)
+        kv = kv_cache_bytes_per_sequence(model, c, prec.kv_itemsize, shard) * b
+        return weights + kv + activation_bytes(model, phase, b, c, prec, fused=fused, shard=shard)
 
-    per_seq = kv_cache_bytes_per_sequence(model, context, prec.kv_itemsize)
-    act = activation_bytes(model, phase, batch, context, prec, fused=fused)
+    per_seq = kv_cache_bytes_per_sequence(model, context, prec.kv_itemsize, shard)
+    act = activation_bytes(model, phase, batch, context, prec, fused=fused, shard=shard)
     if capacity_bytes is None:
         fits, max_batch, max_context = None, None, None
     else:
@@ -174,7 +194,7 @@ def memory(
         max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
     return Memory(
         weights_bytes=weights,
-        weights_read_bytes=weights_read(model, phase, batch, context, routing) * prec.weight_itemsize,
+        weights_read_bytes=weights_read(model, phase, batch, context, routing, shard) * prec.weight_itemsize,
         kv_cache_bytes_per_token=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,

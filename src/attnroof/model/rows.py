@@ -6,13 +6,27 @@ block, then a dense MLP or a mixture of experts), its head — each a list of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import EMBEDDING, HEAD, KV_TENSORS, LAST_TOKEN, LAYER, OpInstance
+from attnroof.model.layers import (
+    COLUMN,
+    EMBEDDING,
+    HEAD,
+    HEADS,
+    KV_TENSORS,
+    LAST_TOKEN,
+    LAYER,
+    REPLICATED,
+    ROW,
+    VOCAB,
+    OpInstance,
+)
 
 
-def _linear(name: str, k: int, m: int, bias: bool, kind: str = LAYER) -> OpInstance:
+def _linear(name: str, k: int, m: int, bias: bool, kind: str = LAYER, split: str = REPLICATED) -> OpInstance:
     params = k * m + m * bias
-    return OpInstance(name, "linear", 1, kind, {"k": k, "m": m, "bias": bias}, params, params)
+    return OpInstance(name, "linear", 1, kind, {"k": k, "m": m, "bias": bias}, params, params, split=split)
 
 
 def _norm(
@@ -36,6 +50,7 @@ def input_rows(model: ModelConfig) -> list[OpInstance]:
             EMBEDDING,
             {"width": m.hidden, "learned_positions": m.learned_positions},
             params=(m.vocab + m.learned_positions) * m.hidden,
+            split=VOCAB,
         )
     ]
 
@@ -54,6 +69,7 @@ def head_rows(model: ModelConfig) -> list[OpInstance]:
             params=0 if m.tied else table,
             params_read=table,  # tied: the embedding table, read whole here
             tokens=LAST_TOKEN,
+            split=VOCAB,
         ),
     ]
 
@@ -81,14 +97,15 @@ def layer_rows(
 
 def _attention_rows(m: ModelConfig, window: int | None, kind: str, named: bool) -> list[OpInstance]:
     kv_elements = KV_TENSORS * m.kv_width
-    rows = [_linear("QKV projection", m.hidden, m.q_width + 2 * m.kv_width, m.qkv_bias)]
+    rows = [_linear("QKV projection", m.hidden, m.q_width + 2 * m.kv_width, m.qkv_bias, split=COLUMN)]
     if m.qk_norm:  # one head_dim scale for the queries, one for the keys
-        rows.append(_norm(m, "QK norm", m.q_width + m.kv_width, scale=2 * m.head_dim))
+        rows.append(replace(_norm(m, "QK norm", m.q_width + m.kv_width, scale=2 * m.head_dim), split=HEADS))
     rows.append(
         OpInstance(
-            "KV-cache write", "copy", 1, LAYER, {"elements_per_token": kv_elements, "tensor": "new K,V"}
+            "KV-cache write", "copy", 1, LAYER, {"elements_per_token": kv_elements, "tensor": "new K,V"},
+            split=HEADS,
         )
-    )
+    )  # fmt: skip
     name = "attention"
     if named:
         name = f"attention (window {window})" if window is not None else "attention (global)"
@@ -102,8 +119,8 @@ def _attention_rows(m: ModelConfig, window: int | None, kind: str, named: bool) 
         "window": window,
         "kv_elements_per_token": kv_elements,
     }
-    rows.append(OpInstance(name, "attention", 1, kind, shape, sinks))
-    rows.append(_linear("output projection", m.q_width, m.hidden, m.o_bias))
+    rows.append(OpInstance(name, "attention", 1, kind, shape, sinks, split=HEADS))
+    rows.append(_linear("output projection", m.q_width, m.hidden, m.o_bias, split=ROW))
     return rows
 
 
@@ -116,10 +133,10 @@ def _latent_rows(m: ModelConfig) -> list[OpInstance]:
         rows = [
             _linear("Q down-projection", m.hidden, lat.q_lora_rank, False),
             _norm(m, "Q norm", lat.q_lora_rank),
-            _linear("Q up-projection", lat.q_lora_rank, q_width, False),
+            _linear("Q up-projection", lat.q_lora_rank, q_width, False, split=COLUMN),
         ]
     else:
-        rows = [_linear("Q projection", m.hidden, q_width, False)]
+        rows = [_linear("Q projection", m.hidden, q_width, False, split=COLUMN)]
     up = r * H * (lat.qk_nope_head_dim + lat.v_head_dim)  # W_UK and W_UV, used inside attention
     shape = {
         "heads": H,
@@ -136,8 +153,8 @@ def _latent_rows(m: ModelConfig) -> list[OpInstance]:
         OpInstance(
             "KV-cache write", "copy", 1, LAYER, {"elements_per_token": lat.cache_elements, "tensor": "latent"}
         ),
-        OpInstance("attention (latent)", "latent attention", 1, LAYER, shape, up, up),
-        _linear("output projection", H * lat.v_head_dim, m.hidden, m.o_bias),
+        OpInstance("attention (latent)", "latent attention", 1, LAYER, shape, up, up, split=HEADS),
+        _linear("output projection", H * lat.v_head_dim, m.hidden, m.o_bias, split=ROW),
     ]
 
 
@@ -145,10 +162,10 @@ def _mlp_rows(m: ModelConfig, width: int, kind: str, prefix: str = "") -> list[O
     """A dense MLP of ``width``: gate/up (or up), the activation, down."""
     label = "GELU" if m.activation == "gelu" else "SiLU"
     if m.gated:
-        first = _linear(f"{prefix}gate/up projection", m.hidden, 2 * width, m.mlp_bias, kind)
+        first = _linear(f"{prefix}gate/up projection", m.hidden, 2 * width, m.mlp_bias, kind, COLUMN)
         act_name = f"{prefix}activation ({label}·up)"
     else:
-        first = _linear(f"{prefix}up projection", m.hidden, width, m.mlp_bias, kind)
+        first = _linear(f"{prefix}up projection", m.hidden, width, m.mlp_bias, kind, COLUMN)
         act_name = f"{prefix}activation (GELU)"
     act = OpInstance(
         act_name,
@@ -157,8 +174,9 @@ def _mlp_rows(m: ModelConfig, width: int, kind: str, prefix: str = "") -> list[O
         kind,
         {"width": width, "gated": m.gated, "function": m.activation, "routed": 1},
         kernel="activation",
+        split=COLUMN,
     )
-    return [first, act, _linear(f"{prefix}down projection", width, m.hidden, m.mlp_bias, kind)]
+    return [first, act, _linear(f"{prefix}down projection", width, m.hidden, m.mlp_bias, kind, ROW)]
 
 
 def _expert_rows(m: ModelConfig, kind: str) -> list[OpInstance]:
@@ -180,6 +198,7 @@ def _expert_rows(m: ModelConfig, kind: str) -> list[OpInstance]:
         rows.append(
             OpInstance(
                 name, "experts", 1, kind, {"k": k_in, "m": m_out, **common}, E * each, E * each, k * each,
+                split=COLUMN if name == "expert gate/up" else ROW,
             )
         )  # fmt: skip
         if name == "expert gate/up":
@@ -192,6 +211,7 @@ def _expert_rows(m: ModelConfig, kind: str) -> list[OpInstance]:
                     kind,
                     {"width": w, "gated": True, "function": m.activation, "routed": k},
                     kernel="activation",
+                    split=COLUMN,
                 )
             )
     if ex.shared_width:

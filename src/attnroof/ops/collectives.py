@@ -12,7 +12,8 @@ schedule sends, per device:
     all-to-all         (n − 1)/n · M                (n − 1)      (n − 1)/n
     send/recv                    M                  1            1
 
-    time  = steps · α + bytes per device / β         α: step latency (s), β: one-way bandwidth
+    time  = α₀ + steps · α + bytes per device / β    α₀: per call, α: per step (s),
+                                                     β: one-way bandwidth (bytes/s)
     algbw = M / time;   busbw = algbw · factor = bytes per device / time
 
 So busbw is the rate each device's link actually carries, the figure to hold against the link's
@@ -55,11 +56,11 @@ class Comm:
         """busbw / algbw, as nccl-tests reports it: bytes sent per device over the message."""
         return self.bytes_per_device / self.message_bytes if self.message_bytes else 0
 
-    def time_s(self, bandwidth_bytes_per_s: float, latency_s: float) -> Num:
-        """steps · α + bytes per device / β: the collective on a link of one-way bandwidth β."""
+    def time_s(self, bandwidth_bytes_per_s: float, latency_s: float, base_latency_s: float = 0.0) -> Num:
+        """α₀ + steps · α + bytes per device / β: the collective on a link of one-way bandwidth β."""
         if self.devices <= 1:
             return 0.0
-        return self.steps * latency_s + self.bytes_per_device / bandwidth_bytes_per_s
+        return base_latency_s + self.steps * latency_s + self.bytes_per_device / bandwidth_bytes_per_s
 
     def scaled(self, k: Num) -> Comm:
         return Comm(

@@ -140,6 +140,6 @@ def link_text(dev: Device) -> str:
         size = f", {domain} devices a domain" if domain else ""
         parts.append(
             f"{link.kind} {fig(link.bandwidth_bytes_per_s, GB)} GB/s one way{name}{size}, "
-            f"{link.latency_s * 1e6:g} µs a step"
+            f"{link.base_latency_s * 1e6:g} µs a call + {link.latency_s * 1e6:g} µs a step"
         )
     return "; ".join(parts) or "none in the catalog (give --link-bandwidth)"

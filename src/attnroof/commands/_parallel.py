@@ -1,0 +1,227 @@
+"""``model --tp/--pp/--ep/--dp``: a step spread over devices; ``--fit``: the fewest that hold it;
+``--sweep-tp``: step time and per-device memory over tensor-parallel degrees."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
+from attnroof.devices import Device
+from attnroof.devices.links import Links
+from attnroof.errors import InputError
+from attnroof.model.parallel import Plan
+from attnroof.model.spread import Spread, spread
+
+MAX_FIT_DEVICES = 4096
+"""``--fit`` searches device counts (powers of two) up to this many."""
+
+
+def add_parallel_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("many devices")
+    for flag, what in (
+        ("--tp", "tensor-parallel degree: heads and MLP width cut over T devices"),
+        ("--pp", "pipeline stages: layers cut into P contiguous stages"),
+        (
+            "--ep",
+            "expert-parallel degree: experts spread over E devices (E divides --dp; --dp defaults to E)",
+        ),
+        ("--dp", "data-parallel replicas, each with batch/D sequences"),
+    ):
+        g.add_argument(flag, type=positive_int, metavar=flag[2:].upper(), help=f"{what} (default 1)")
+    g.add_argument("--sp", action="store_true", help="sequence parallelism: each TP all-reduce as RS + AG")
+    g.add_argument(
+        "--microbatches", type=positive_int, default=1, metavar="M", help="pipeline micro-batches (default 1)"
+    )
+    g.add_argument("--overlap", action="store_true", help="overlap collectives with computation")
+    g.add_argument("--fit", action="store_true", help="the fewest devices that hold the model at this batch")
+    g.add_argument(
+        "--sweep-tp", type=int_list, metavar="LIST", help="tensor-parallel degrees to compare: 1,2,4,8"
+    )
+    g.add_argument(
+        "--link-bandwidth",
+        type=device_figure("--link-bandwidth", "B/s"),
+        metavar="B/s",
+        help="override the scale-up link, one way per device (e.g. 450e9 or 450G)",
+    )
+    g.add_argument(
+        "--scaleout-bandwidth",
+        type=device_figure("--scaleout-bandwidth", "B/s"),
+        metavar="B/s",
+        help="override the scale-out link, one way per device (e.g. 50e9)",
+    )
+    g.add_argument("--domain", type=positive_int, metavar="N", help="override the scale-up domain size")
+
+
+def wants_parallel(args: argparse.Namespace) -> bool:
+    """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
+    flags = ("tp", "pp", "ep", "dp", "fit", "sweep_tp")
+    return any(getattr(args, f) not in (None, False) for f in flags) or args.sp or args.overlap
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    ep = args.ep or 1
+    dp = args.dp if args.dp is not None else ep
+    return Plan(
+        tp=args.tp or 1, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
+        overlap=args.overlap,
+    )  # fmt: skip
+
+
+def links_of(args: argparse.Namespace, dev: Device) -> Links:
+    """The device's links with the command line's overrides."""
+    changes: dict[str, Any] = {}
+    if args.link_bandwidth is not None:
+        changes["scaleup_bytes_per_s"] = float(args.link_bandwidth)
+    if args.scaleout_bandwidth is not None:
+        changes["scaleout_bytes_per_s"] = float(args.scaleout_bandwidth)
+    if args.domain is not None:
+        changes["scaleup_domain"] = args.domain
+    return replace(dev.links, **changes)
+
+
+def run_parallel(job: Any) -> int:
+    """Dispatch ``model`` with parallel flags: one plan, a TP sweep or the smallest fit."""
+    args = job.args
+    if args.phase == "train":
+        raise InputError(
+            "--tp/--pp/--ep/--dp with --phase train is not modelled yet; analyse prefill or decode"
+        )
+    if args.sweep_batch:
+        raise InputError(
+            "--sweep-batch and the parallel flags cannot be combined; use --sweep-tp", param="--sweep-batch"
+        )
+    links = links_of(args, job.device)
+    plan = plan_of(args)
+
+    def run(p: Plan) -> Spread:
+        return spread(
+            job.model, args.phase, args.batch, args.context, job.roof, links, p, job.prec,
+            capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
+        )  # fmt: skip
+
+    if args.fit:
+        return _fit(job, plan, run, links)
+    if args.sweep_tp:
+        runs = [run(replace(plan, tp=t)) for t in args.sweep_tp]
+        return _emit_sweep(job, runs)
+    return _emit(job, run(plan), links)
+
+
+def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
+    from attnroof.model.analysis import analyse
+
+    whole = analyse(
+        job.model, job.args.phase, job.args.batch, job.args.context, job.roof, job.prec,
+        capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
+    ).memory.to_json()  # fmt: skip
+    slow = s.slowest
+    per = s.busiest_memory.to_json()
+    whole.update(
+        capacity_bytes=None
+        if job.device.capacity_bytes is None
+        else job.device.capacity_bytes * s.plan.devices,
+        fits=s.fits,
+        max_batch=None
+        if per["max_batch"] is None
+        else min(st.memory.max_batch or 0 for st in s.stages) * s.plan.dp,
+        max_context=per["max_context"],
+        per_device=per,
+    )
+    return {
+        "parallel": s.plan.to_json(),
+        "links": links.to_json(),
+        "ops": [o.to_json() for o in slow.ops] + [c.to_json() for c in slow.comms],
+        "layer_kinds": slow.kinds(),
+        "stages": [
+            {
+                "layers": [st.first, st.stop],
+                "time_s": st.time_s,
+                "compute_time_s": st.compute_time_s,
+                "comm_time_s": st.comm_time_s,
+                "fits": st.memory.fits,
+                "total_bytes": st.memory.total_bytes,
+            }
+            for st in s.stages
+        ],  # fmt: skip
+        "totals": s.totals(),
+        "memory": whole,
+    }
+
+
+def _stage_json(st: Any) -> dict[str, Any]:
+    return {
+        "layers": [st.first, st.stop],
+        "time_s": st.time_s,
+        "compute_time_s": st.compute_time_s,
+        "comm_time_s": st.comm_time_s,
+        "fits": st.memory.fits,
+        "total_bytes": st.memory.total_bytes,
+    }
+
+
+def _emit(job: Any, s: Spread, links: Links) -> int:
+    if job.args.json:
+        emit_json({**job.json_head(), "batch": job.args.batch, **spread_json(job, s, links)})
+        return 0
+    from attnroof.text.parallel import spread_text
+
+    print(spread_text(job.setting, s, links))
+    return 0
+
+
+def _emit_sweep(job: Any, runs: list[Spread]) -> int:
+    from attnroof.model.spread import sweep_summary
+
+    summary = sweep_summary(runs)
+    if job.args.json:
+        rows = [{"parallel": r.plan.to_json(), "totals": r.totals(), "fits": r.fits,
+                 "memory_per_device": r.busiest_memory.to_json()} for r in runs]  # fmt: skip
+        emit_json({**job.json_head(), "batch": job.args.batch, "rows": rows, **summary})
+        return 0
+    from attnroof.text.parallel import sweep_text
+
+    print(sweep_text(job.setting, runs, summary))
+    return 0
+
+
+def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
+    """Powers of two from 1: TP up to the scale-up domain (and the heads), then pipeline stages."""
+    model, tried = job.model, []
+    domain = links.scaleup_domain or MAX_FIT_DEVICES
+    n = 1
+    while n <= MAX_FIT_DEVICES:
+        fits = []
+        for tp in _powers(min(n, domain, model.heads)):
+            pp = n // tp
+            if n % tp or pp > model.layers or model.heads % tp:
+                continue
+            if model.latent is None and model.kv_heads % tp and tp % model.kv_heads:
+                continue
+            m = max(d for d in range(1, pp + 1) if job.args.batch % d == 0)
+            s = run(replace(plan, tp=tp, pp=pp, dp=1, ep=1, microbatches=m))
+            tried.append(s)
+            if s.fits:
+                fits.append(s)
+        if fits:
+            best = min(fits, key=lambda s: s.time_s)
+            if job.args.json:
+                emit_json({**job.json_head(), "batch": job.args.batch, "fit": {"devices": n, "tried": [
+                    {"parallel": s.plan.to_json(), "fits": s.fits, "time_s": s.time_s} for s in tried
+                ]}, **spread_json(job, best, links)})  # fmt: skip
+                return 0
+            from attnroof.text.parallel import fit_text
+
+            print(fit_text(job.setting, best, tried, links))
+            return 0
+        n *= 2
+    raise InputError(f"{model.name} does not fit on {MAX_FIT_DEVICES} devices at --batch {job.args.batch}")
+
+
+def _powers(limit: int) -> list[int]:
+    out, p = [], 1
+    while p <= limit:
+        out.append(p)
+        p *= 2
+    return out

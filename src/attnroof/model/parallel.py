@@ -1,0 +1,231 @@
+"""A model cut across devices: tensor (TP), pipeline (PP), expert (EP) and data (DP) parallelism.
+
+One device holds one pipeline stage's layers (``L/pp`` of them, the input tables on the first
+stage and the head on the last) and one tensor-parallel slice of each (:func:`shard_row`):
+
+    row split     per device                                collective it needs (TP > 1)
+    column        output width m/t (QKV, gate/up)           —
+    row           input width k/t (output, down proj.)     one all-reduce per block, of the
+                                                            block's output: tokens × hidden
+    heads         heads/t; KV heads max(1, kv/t)            —  (KV heads fewer than t: replicated)
+    vocab         vocabulary rows V/t                       embedding: an all-reduce of its
+                                                            output; LM head: an all-gather of
+                                                            the last tokens' logits
+    replicated    everything (norms, adds, the router,      —  (sequence parallelism: tokens/t,
+                  latent down-projections and cache)           and each all-reduce becomes a
+                                                               reduce-scatter + an all-gather)
+
+Experts are cut like a dense MLP and spread over ``ep`` devices, ``E/ep`` each; an all-to-all
+sends each routed token's hidden vector to its expert (dispatch) and back (combine). Expert
+parallelism is carved from data parallelism (as DeepSeek-V3 and Megatron deploy it): the ``ep``
+replicas of an EP group run attention on their own sequences and pool their tokens for the
+experts, so ``ep`` divides ``dp``. Devices = tp × pp × dp; each replica takes batch/dp sequences.
+
+Groups are laid out TP innermost, then DP (with EP inside it), then PP (Megatron's order): a
+group of ``n`` devices ``stride`` apart rides the scale-up link when ``stride · n`` fits in one
+scale-up domain, the scale-out link otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from attnroof.devices.links import Link, Links
+from attnroof.errors import InputError
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import COLUMN, HEADS, REPLICATED, ROW, VOCAB, OpInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How a step is spread: degrees of each parallelism and how the work is scheduled."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+    sp: bool = False
+    """Sequence parallelism: replicated element-wise rows on tokens/t; RS + AG for each AR."""
+    microbatches: int = 1
+    """Micro-batches a pipeline splits each replica's batch into (the bubble is (p − 1)/(m + p − 1))."""
+    overlap: bool = False
+    """Collectives overlapped with computation: a layer takes max(compute, communication)."""
+    zero: int = 0
+    """Training: ZeRO stage (1 optimizer states, 2 + gradients, 3 + weights sharded over DP)."""
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def single(self) -> bool:
+        """One device, nothing split: the single-device analysis, unchanged."""
+        return self.devices == 1 and self.ep == 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp,
+            "pp": self.pp,
+            "ep": self.ep,
+            "dp": self.dp,
+            "devices": self.devices,
+            "sequence_parallel": self.sp,
+            "microbatches": self.microbatches,
+            "overlap": self.overlap,
+            "zero": self.zero,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """What one device holds: a TP slice of layers ``first`` to ``stop − 1``, 1/ep of the experts."""
+
+    tp: int
+    ep: int
+    first: int
+    stop: int
+    sp: bool = False
+
+
+def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
+    """:class:`InputError`, naming the flag, for a plan the model or batch cannot take."""
+    for flag, v in (("--tp", plan.tp), ("--pp", plan.pp), ("--ep", plan.ep), ("--dp", plan.dp)):
+        if v < 1:
+            raise InputError(f"{flag} {v} must be a whole number ≥ 1", param=flag)
+    heads = model.heads
+    if heads % plan.tp:
+        raise InputError(f"--tp {plan.tp} does not divide the model's {heads} attention heads", param="--tp")
+    kv = model.kv_heads
+    if model.latent is None and kv % plan.tp and plan.tp % kv:
+        raise InputError(
+            f"--tp {plan.tp} and the model's {kv} KV heads: one must divide the other", param="--tp"
+        )
+    if plan.pp > model.layers:
+        raise InputError(f"--pp {plan.pp} exceeds the model's {model.layers} layers", param="--pp")
+    if plan.ep > 1:
+        if model.experts is None:
+            raise InputError(f"--ep {plan.ep}: {model.name} has no experts", param="--ep")
+        if model.experts.experts % plan.ep:
+            raise InputError(
+                f"--ep {plan.ep} does not divide the model's {model.experts.experts} experts", param="--ep"
+            )
+        if plan.dp % plan.ep:
+            raise InputError(
+                f"--ep {plan.ep} must divide --dp {plan.dp} (expert parallelism is carved from data "
+                "parallelism)",
+                param="--ep",
+            )
+    if batch % (plan.dp * plan.microbatches):
+        raise InputError(
+            f"--batch {batch} is not a multiple of --dp × --microbatches = {plan.dp * plan.microbatches}",
+            param="--batch",
+        )
+
+
+def stages(layers: int, pp: int) -> list[tuple[int, int]]:
+    """Contiguous layer ranges of ``pp`` stages, the first ``layers mod pp`` one layer longer.
+
+    >>> stages(80, 3)
+    [(0, 27), (27, 54), (54, 80)]
+    """
+    size, extra = divmod(layers, pp)
+    out, start = [], 0
+    for s in range(pp):
+        stop = start + size + (s < extra)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+def _cut(width: int, t: int) -> int:
+    """``width/t``, rounded up where ``t`` does not divide it (one device takes the remainder)."""
+    return math.ceil(width / t)
+
+
+def shard_row(row: OpInstance, model: ModelConfig, shard: Shard) -> OpInstance:
+    """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` (and
+    experts by ``shard.ep``), so that the operator table costs exactly what the device runs."""
+    t, shape = shard.tp, dict(row.shape)
+    frac = 1.0  # the share of the row's parameters this device holds
+    if row.split == COLUMN:
+        key = "m" if "m" in shape else "width"
+        shape[key] = _cut(shape[key], t)
+        frac = shape[key] / row.shape[key]
+    elif row.split == ROW:
+        shape["k"] = _cut(shape["k"], t)
+        frac = shape["k"] / row.shape["k"]
+    elif row.split == VOCAB:
+        frac = _cut(model.vocab, t) / model.vocab
+        if "m" in shape:
+            shape["m"] = _cut(model.vocab, t)
+    elif row.split == HEADS:
+        frac = _heads(row, shape, t)
+        if row.operator == "copy":  # the KV-cache write: the elements of the KV heads kept
+            shape["elements_per_token"] = round(shape["elements_per_token"] * kv_share(model, t))
+    if row.operator == "experts" and shard.ep > 1:
+        shape["ep"] = shard.ep
+        frac /= shard.ep
+    if shard.sp and row.split == REPLICATED and row.per_layer and row.operator in ("norm", "add"):
+        shape["sequence_shards"] = t
+    return replace(
+        row,
+        shape=shape,
+        params=round(row.params * frac),
+        params_read=round(row.params_read * frac),
+        active_params=None if row.active_params is None else round(row.active_params * frac),
+    )
+
+
+def _heads(row: OpInstance, shape: dict[str, Any], t: int) -> float:
+    """Cut a head-split row's shape in place; returns the share of its parameters kept."""
+    if row.operator == "latent attention":
+        shape["heads"] = row.shape["heads"] // t
+        return 1 / t
+    if row.operator == "norm":  # QK norm: this device's q and k heads; the scales are per head
+        shape["width"] = _cut(shape["width"], t)
+        return 1.0
+    kv = row.shape.get("kv_heads")
+    if kv is None:
+        return 1.0
+    kv_here = max(1, kv // t)
+    shape["kv_heads"] = kv_here
+    shape["group"] = row.shape["group"] * kv // t // kv_here
+    shape["kv_elements_per_token"] = row.shape["kv_elements_per_token"] * kv_here // kv
+    return 1 / t
+
+
+def kv_share(model: ModelConfig, t: int) -> float:
+    """KV heads a device keeps over the model's: 1/t, or 1/kv when there are fewer KV heads than
+    devices (each is then replicated); 1 for a latent cache, which every head reads.
+
+    >>> from attnroof.model.config import builtin
+    >>> kv_share(builtin("llama-3.1-70b"), 16)      # 8 KV heads on 16 devices: one each
+    0.125
+    """
+    if model.latent is not None:
+        return 1.0
+    return max(1, model.kv_heads // t) / model.kv_heads
+
+
+def group_link(links: Links, n: int, stride: int, what: str) -> Link:
+    """The link a group of ``n`` devices ``stride`` apart communicates over: scale-up when
+    ``stride · n`` devices fit in one scale-up domain (or the domain is unknown), else
+    scale-out. :class:`InputError` when the device has no such figure."""
+    domain = links.scaleup_domain
+    if domain is None or stride * n <= domain:
+        if links.scaleup is None:
+            raise InputError(
+                f"{what} needs the device's scale-up link bandwidth; the catalog has none: give "
+                "--link-bandwidth BYTES_PER_S",
+                param="--link-bandwidth",
+            )
+        return links.scaleup
+    if links.scaleout is None:
+        raise InputError(
+            f"{what} spans {stride * n} devices, beyond a scale-up domain of {domain}, and the device "
+            "has no scale-out bandwidth: give --scaleout-bandwidth BYTES_PER_S",
+            param="--scaleout-bandwidth",
+        )
+    return links.scaleout

@@ -1,0 +1,137 @@
+"""A step on many devices in words: the slowest device's operators and collectives, the layer
+kinds against the link roof, the pipeline, per-device memory; a TP sweep; the smallest fit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from attnroof.devices.links import Links
+from attnroof.model.spread import CommOp, Spread
+from attnroof.text import render
+from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
+from attnroof.text.render import table
+from attnroof.units import GB, duration
+
+
+def plan_line(s: Spread) -> str:
+    p = s.plan
+    parts = [f"TP {p.tp}", f"PP {p.pp}", f"DP {p.dp}"] + ([f"EP {p.ep}"] if p.ep > 1 else [])
+    extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
+    micro = f", {p.microbatches} micro-batches" if p.pp > 1 else ""
+    return f"{' × '.join(parts)} = {render.plural(p.devices, 'device')}{micro}" + (
+        f"; {', '.join(extra)}" if extra else ""
+    )
+
+
+def links_line(links: Links) -> str:
+    out = []
+    for link, domain in ((links.scaleup, links.scaleup_domain), (links.scaleout, None)):
+        if link is not None:
+            size = f" ({domain} a domain)" if domain else ""
+            out.append(f"{link.kind} {render.num(link.bandwidth_bytes_per_s / GB)} GB/s one way{size}")
+    return "links: " + ("; ".join(out) or "none")
+
+
+def comm_row(c: CommOp, step_time_s: float) -> list[str]:
+    """A collective in the operator table's columns: bytes it sends, its time on the link."""
+    return [
+        f"{c.comm.name} [{c.comm.collective}, {c.comm.devices} dev, {c.link.kind}]",
+        f"×{c.count}" if c.count > 1 else "",
+        "—",
+        render.nbytes(float(c.comm.bytes_per_device)) + " sent",
+        "—",
+        duration(c.time_s),
+        "link",
+        render.pct(c.count * c.time_s / step_time_s),
+    ]
+
+
+def spread_text(setting: Setting, s: Spread, links: Links) -> str:
+    slow, t = s.slowest, s.totals()
+    stage_time = slow.time_s
+    rows = [op_row(o, stage_time) for o in slow.ops] + [comm_row(c, stage_time) for c in slow.comms]
+    rate = (
+        f"≤ {render.num(t['tokens_per_s'])} tokens/s"
+        if t["tokens_per_s"] is not None
+        else f"time to first token ≥ {duration(t['time_s'])}"
+    )
+    kinds = [
+        [
+            k["layer_kind"],
+            duration(k["compute_time_s"]),
+            duration(k["comm_time_s"]),
+            "—" if k["flops_per_link_byte"] is None else render.num(k["flops_per_link_byte"]),
+            k["limiter"],
+        ]
+        for k in slow.kinds()
+    ]
+    link = links.scaleup
+    ridge = (
+        f"; link ridge {render.num(setting.roof.peak_flops_per_s / link.bandwidth_bytes_per_s)} FLOP per link byte"
+        if link is not None
+        else ""
+    )
+    out = [
+        *header(setting, s.batch),
+        plan_line(s),
+        links_line(links) + ridge,
+        "",
+        f"one device of the slowest stage (layers {slow.first}–{slow.stop - 1}), one micro-batch:",
+        table(OP_HEADERS, rows, "llrrrrlr"),
+        "",
+        table(["layer kind", "compute ≥", "link ≥", "FLOP/link byte", "bound by"], kinds, "lrrrl"),
+        "",
+        f"step: {duration(t['time_s'])} ({rate}); per device {render.flops(t['flops'])}, "
+        f"{render.nbytes(t['bytes'])} through memory, {render.nbytes(t['comm_bytes_per_device'])} over links",
+        f"communication {duration(t['comm_time_s'])} against computation {duration(t['compute_time_s'])}"
+        + ("" if s.plan.pp == 1 else f"; pipeline bubble {render.pct(t['bubble_share'])}"),
+        "per device " + memory_line(s.busiest_memory, setting.device.name),
+    ]
+    return "\n".join(out)
+
+
+def sweep_text(setting: Setting, runs: Sequence[Spread], summary: dict[str, Any]) -> str:
+    rows = []
+    for r in runs:
+        t, mem = r.totals(), r.busiest_memory
+        rows.append(
+            [
+                str(r.plan.tp),
+                str(r.plan.devices),
+                duration(t["time_s"]),
+                duration(t["compute_time_s"]),
+                duration(t["comm_time_s"]),
+                "—" if t["tokens_per_s"] is None else render.num(t["tokens_per_s"]),
+                render.nbytes(mem.total_bytes),
+                {True: "yes", False: "no", None: "?"}[r.fits],
+            ]
+        )
+    headers = ["TP", "devices", "step ≥", "compute", "link", "tokens/s ≤", "memory/device", "fits"]
+    lines = [*header(setting, runs[0].batch), "", table(headers, rows, "rrrrrrrl"), ""]
+    lines.append(f"fastest: TP {summary['best_tp']}")
+    if summary["slower_from_tp"] is not None:
+        lines.append(f"from TP {summary['slower_from_tp']} the all-reduces cost more than the cut saves")
+    if summary["link_bound_from_tp"] is not None:
+        lines.append(f"from TP {summary['link_bound_from_tp']} the link takes longer than the computation")
+    return "\n".join(lines)
+
+
+def fit_text(setting: Setting, best: Spread, tried: Sequence[Spread], links: Links) -> str:
+    rows = [
+        [
+            plan_line(s),
+            {True: "yes", False: "no", None: "?"}[s.fits],
+            render.nbytes(s.busiest_memory.total_bytes),
+        ]
+        for s in tried
+    ]
+    return "\n".join(
+        [
+            f"fewest devices that hold it: {best.plan.devices} ({plan_line(best)})",
+            "",
+            table(["plan", "fits", "memory/device"], rows, "lll"),
+            "",
+            spread_text(setting, best, links),
+        ]
+    )
