@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import assert_one_line_error, run_cli
 
-from attnroof.devices import get_device
 from attnroof.devices.links import Links
 from attnroof.errors import InputError
 from attnroof.model.analysis import analyse
@@ -17,8 +15,8 @@ from attnroof.model.layers import layer_table
 from attnroof.model.parallel import Plan, Shard, group_link, stages
 from attnroof.model.spread import spread
 from attnroof.roofline import Roof
+from conftest import assert_one_line_error, run_cli
 
-H200 = get_device("h200")
 ROOF = Roof(989.4e12, 4.8e12)
 NVLINK = Links(scaleup_bytes_per_s=450e9, scaleup_domain=8, scaleout_bytes_per_s=50e9)
 CAP = 143155 * 2**20  # an H200 as CUDA reports it

@@ -144,7 +144,7 @@ def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
                 "total_bytes": st.memory.total_bytes,
             }
             for st in s.stages
-        ],  # fmt: skip
+        ],
         "totals": s.totals(),
         "memory": whole,
     }
