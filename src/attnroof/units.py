@@ -60,8 +60,8 @@ def duration(seconds: float, digits: int = 3) -> str:
     >>> duration(28.9e-6)
     '28.9 µs'
     """
-    if not math.isfinite(seconds):
-        return f"{seconds} s"
+    if not math.isfinite(seconds) or seconds == 0:
+        return f"{seconds:g} s"
     for scale, name in ((SECOND, "s"), (MILLISECOND, "ms"), (MICROSECOND, "µs"), (NANOSECOND, "ns")):
         if abs(seconds) >= scale:
             return f"{_sig(seconds / scale, digits)} {name}"

@@ -88,6 +88,11 @@ def run_parallel(job: Any) -> int:
         raise InputError(
             "--tp/--pp/--ep/--dp with --phase train is not modelled yet; analyse prefill or decode"
         )
+    if getattr(args, "calibration", None):
+        raise InputError(
+            "--calibration forecasts one device's kernels; it cannot be combined with the parallel flags yet",
+            param="--calibration",
+        )
     if args.sweep_batch:
         raise InputError(
             "--sweep-batch and the parallel flags cannot be combined; use --sweep-tp", param="--sweep-batch"
