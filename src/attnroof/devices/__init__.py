@@ -212,7 +212,15 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise DeviceFileError(f"{at}'aliases' must be a list of strings")
-    for key in ("source", "sparse_headline", "notes", "vendor", "kind", "capacity_marketed", "capacity_source"):
+    for key in (
+        "source",
+        "sparse_headline",
+        "notes",
+        "vendor",
+        "kind",
+        "capacity_marketed",
+        "capacity_source",
+    ):
         if key in record and not isinstance(record[key], str):
             raise DeviceFileError(f"{at}{key!r} must be a string")
     return Device(
