@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -34,17 +35,31 @@ REQUIRED = [
     "H100 PCIe",
     "H200 SXM",
     "B200",
+    "GB200",
+    "H20",
+    "L4",
     "L40S",
+    "A10G",
+    "T4",
+    "V100 SXM2 16GB",
     "RTX 4090",
+    "RTX 5090",
+    "RTX 6000 Ada",
     "MI250X",
     "MI300X",
     "MI325X",
+    "MI355X",
     "TPU v4",
     "TPU v5e",
     "TPU v5p",
     "TPU v6e",
+    "TPU v7",
+    "Gaudi 2",
     "Gaudi 3",
+    "Trainium 2",
 ]
+REAL = [d for d in BUILTIN if d.name != "R"]
+TENSOR_RATES_UNPUBLISHED = {"A10G"}  # neither AWS nor NVIDIA publishes its tensor-core rates
 
 
 def device_toml(name: str = "X", **fields: object) -> str:
@@ -65,6 +80,7 @@ GOOD = dict(bandwidth_bytes_per_s="2e12", capacity_bytes="64e9")
 
 def test_catalog_has_the_parts_people_own():
     assert set(REQUIRED) <= set(NAMES)
+    assert len(NAMES) >= 40
     assert NAMES[0] == "R"  # the spec's device stays first and as it was
     r = get_device("R")
     assert dict(r.peak_flops_per_s) == {"bf16": 1200e12}
@@ -74,10 +90,13 @@ def test_catalog_has_the_parts_people_own():
 @pytest.mark.parametrize("dev", BUILTIN, ids=NAMES)
 def test_every_entry_is_sourced_and_plausible(dev):
     assert len(dev.source) > 20, "a source names the reference, not just a code"
-    assert "bf16" in dev.peak_flops_per_s or "fp16" in dev.peak_flops_per_s
+    if dev.name in TENSOR_RATES_UNPUBLISHED:
+        assert "left out" in dev.notes and "--peak-flops" in dev.notes
+    else:
+        assert "bf16" in dev.peak_flops_per_s or "fp16" in dev.peak_flops_per_s
     # dense peaks of real parts: 1 TFLOP/s .. 20 PFLOP/s (B200 fp4 dense is 9e15)
     assert all(1e12 <= p <= 2e16 for p in dev.peak_flops_per_s.values()), dict(dev.peak_flops_per_s)
-    assert 5e11 <= dev.bandwidth_bytes_per_s <= 2e13  # 0.5 .. 20 TB/s
+    assert 2.5e11 <= dev.bandwidth_bytes_per_s <= 2e13  # 0.25 .. 20 TB/s (the L4 has 300 GB/s)
     assert dev.capacity_bytes is not None and 8e9 <= dev.capacity_bytes <= 1e12  # 8 GB .. 1 TB
     if dev.onchip_bytes is not None:
         assert 1e6 <= dev.onchip_bytes <= 1e9
@@ -85,6 +104,64 @@ def test_every_entry_is_sourced_and_plausible(dev):
         assert 1e10 <= dev.links.scaleup_bytes_per_s <= 2e12
     if dev.name != "R":
         assert dev.vendor and dev.kind
+
+
+@pytest.mark.parametrize("dev", REAL, ids=[d.name for d in REAL])
+def test_every_real_part_has_its_capacity_sourced_and_a_scaleup_link(dev):
+    assert dev.capacity_bytes is not None and dev.capacity_marketed and dev.capacity_source
+    # the bytes the device has, not the marketing GB: whole bytes, never a round decimal "80e9"
+    assert dev.capacity_bytes == int(dev.capacity_bytes) and dev.capacity_bytes % 2**20 == 0
+    links = dev.links
+    assert links.scaleup_bytes_per_s is not None and links.scaleup_name and links.source
+    if links.scaleup_domain is None:  # left out only where no reference system was found
+        assert "domain" in links.notes.lower() or "domain" in dev.notes.lower()
+    if links.scaleout_bytes_per_s is not None:
+        assert links.scaleout_name and links.scaleout_bytes_per_s <= links.scaleup_bytes_per_s
+
+
+def test_the_catalog_uses_no_legacy_interconnect_field():
+    doc = tomllib.loads((ROOT / "src" / "attnroof" / "devices" / "catalog.toml").read_text(encoding="utf-8"))
+    assert not [d["name"] for d in doc["device"] if "interconnect_bytes_per_s" in d]
+    assert "links" not in doc["device"][0]  # R, the spec's part, has none
+    assert get_device("R").links.scaleup is None
+
+
+@pytest.mark.parametrize(
+    ("name", "field", "expected"),
+    [
+        # capacities in bytes: the binary reading of a binary-built part, or the driver's total
+        ("H100 SXM", "capacity_bytes", 85_899_345_920),  # 80 x 2**30 (sold as "80 GB")
+        ("H200 SXM", "capacity_bytes", 150_108_897_280),  # CUDA's 143155 MiB x 2**20 (sold as "141 GB")
+        ("MI300X", "capacity_bytes", 206_158_430_208),  # ROCm: 192 GiB = 192 x 2**30
+        ("Trainium 2", "capacity_bytes", 103_079_215_104),  # AWS: 96 GiB = 96 x 2**30
+        ("L4", "capacity_bytes", 25_769_803_776),  # 24 x 2**30 (GDDR6 chips)
+        # links, one way per device: a vendor's both-ways headline halved once
+        ("H100 SXM", "scaleup", 450e9),  # NVLink 4 "900 GB/s" / 2
+        ("B200", "scaleup", 900e9),  # NVLink 5 "1.8 TB/s" / 2
+        ("A100 SXM 80GB", "scaleup", 300e9),  # NVLink 3 "600 GB/s" / 2
+        ("MI300X", "scaleup", 448e9),  # 7 links x (128 GB/s both ways / 2)
+        ("TPU v7", "scaleup", 600e9),  # ICI 1200 GB/s both ways / 2
+        ("Gaudi 3", "scaleup", 525e9),  # 21 scale-up ports x 200 Gb/s / 8 bits
+        ("L40S", "scaleup", 31.5e9),  # PCIe 4.0 x16: 16 GT/s x 128/130 x 16 / 8 = 31.5 GB/s
+        ("T4", "scaleup", 15.75e9),  # PCIe 3.0 x16: 8 GT/s x 128/130 x 16 / 8 = 15.75 GB/s
+        ("H100 SXM", "scaleout", 50e9),  # one 400 Gb/s ConnectX-7 per GPU / 8 bits
+        ("B300", "scaleout", 100e9),  # one 800 Gb/s ConnectX-8 per GPU / 8 bits
+        ("Trainium 2", "scaleout", 25e9),  # EFAv3 3200 Gb/s / 16 chips / 8 bits
+        # dense peaks: a "with sparsity" headline halved
+        ("L4", "bf16", 121e12),  # 242 TFLOP/s with sparsity / 2
+        ("RTX 5090", "fp4", 1676e12),  # 3352 AI TOPS (fp4, sparse) / 2
+        ("GB200", "bf16", 2500e12),  # 5 PFLOP/s with sparsity / 2
+    ],
+)
+def test_hand_checked_figures(name, field, expected):
+    dev = get_device(name)
+    if field in ("scaleup", "scaleout"):
+        link = dev.links.scaleup if field == "scaleup" else dev.links.scaleout
+        assert link is not None and link.bandwidth_bytes_per_s == pytest.approx(expected)
+    elif field == "capacity_bytes":
+        assert dev.capacity_bytes == expected
+    else:
+        assert dev.peak(field) == pytest.approx(expected)
 
 
 def test_labels_are_unique_across_the_catalog():
@@ -106,6 +183,11 @@ def test_labels_are_unique_across_the_catalog():
         ("MI300X", 246.7),  # 1307.4e12 / 5.3e12 = 246.68
         ("TPU v5e", 240.5),  # 197e12 / 819e9 = 240.54
         ("Gaudi 3", 500.0),  # 1835e12 / 3.67e12 = 500.0
+        ("GB200", 312.5),  # 2500e12 / 8e12 = 312.5
+        ("MI355X", 312.5),  # 2500e12 / 8e12 = 312.5
+        ("TPU v7", 313.0),  # 2307e12 / 7.37e12 = 313.03
+        ("L4", 403.3),  # 121e12 / 300e9 = 403.33
+        ("Trainium 2", 230.0),  # 667e12 / 2.9e12 = 230.0
     ],
 )
 def test_bf16_ridge_by_hand(name, expected):
@@ -117,7 +199,17 @@ def test_peaks_are_dense_and_sparse_headlines_say_so():
     assert h100.peak("bf16") == 989.4e12  # not the 1979e12 2:4-sparse headline
     assert h100.peak("fp8") == 1978.9e12  # not 3958
     assert "1979" in h100.sparse_headline and "half" in h100.sparse_headline
-    for name in ("A100 SXM 80GB", "H100 PCIe", "H200 SXM", "B200", "L40S", "RTX 4090", "MI300X"):
+    for name in (
+        "A100 SXM 80GB",
+        "H100 PCIe",
+        "H200 SXM",
+        "B200",
+        "GB200",
+        "L4",
+        "L40S",
+        "RTX 4090",
+        "MI300X",
+    ):
         assert "sparsity" in get_device(name).sparse_headline, name
     assert get_device("B200").peak("fp4") == 9000e12  # dense fp4: half of the 18 PFLOP/s headline
     for name in ("TPU v4", "TPU v5e", "TPU v5p", "TPU v6e", "Gaudi 3"):
@@ -133,7 +225,8 @@ def test_unverified_figures_are_left_out():
 
 def test_disagreeing_sources_pick_the_vendor_and_say_so():
     b200 = get_device("B200")
-    assert (b200.capacity_bytes, b200.bandwidth_bytes_per_s) == (192e9, 8e12)
+    # NVIDIA's Blackwell datasheet: "192 GB" (read as 192 x 2**30 = 206,158,430,208 B) and 8 TB/s
+    assert (b200.capacity_bytes, b200.bandwidth_bytes_per_s) == (192 * 2**30, 8e12)
     assert "180 GB" in b200.notes and "7.7 TB/s" in b200.notes
 
 
@@ -155,6 +248,15 @@ def test_disagreeing_sources_pick_the_vendor_and_say_so():
         ("tpu-v6e", "TPU v6e"),
         ("Trillium", "TPU v6e"),
         ("gaudi3", "Gaudi 3"),
+        ("gaudi2", "Gaudi 2"),
+        ("ironwood", "TPU v7"),
+        ("tpu7x", "TPU v7"),
+        ("trn2", "Trainium 2"),
+        ("v100", "V100 SXM2 16GB"),
+        ("rtx-6000-ada", "RTX 6000 Ada"),
+        ("5090", "RTX 5090"),
+        ("gb200", "GB200"),
+        ("l4", "L4"),
         ("device-r", "R"),
     ],
 )
@@ -347,7 +449,8 @@ def test_cli_devices_json():
     (dev,) = one.json()["devices"]
     assert dev["name"] == "H100 SXM" and "h100" in dev["aliases"]
     assert dev["peak_flops_per_s"]["bf16"] == 989.4e12
-    assert dev["bandwidth_bytes_per_s"] == 3.35e12 and dev["capacity_bytes"] == 80e9
+    assert dev["bandwidth_bytes_per_s"] == 3.35e12 and dev["capacity_bytes"] == 80 * 2**30  # 80 GiB
+    assert dev["capacity_marketed"] == "80 GB HBM3" and dev["links"]["scaleup_bytes_per_s"] == 450e9
     assert dev["ridge"]["bf16"] == pytest.approx(295.34, abs=0.01)  # 989.4e12 / 3.35e12
     assert "arXiv 2407.08608" in dev["source"] and dev["sparse_headline"]
 

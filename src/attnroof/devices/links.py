@@ -125,6 +125,8 @@ def links_from_record(record: Mapping[str, Any], at: str) -> Links:
         raise DeviceFileError(f"{at}unknown field 'links.{unknown[0]}'{hint}")
     values: dict[str, Any] = {}
     for key, value in raw.items():
+        if value is None:  # JSON null: how Links.to_json writes a figure it lacks (a ceilings file)
+            continue
         unit, what = _FIELDS[key], f"links.{key}"
         try:
             if unit == "bytes/s":
