@@ -20,7 +20,7 @@ from attnroof.devices.links import Link, Links
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.config import ModelConfig
 from attnroof.model.costs import model_ops
-from attnroof.model.layers import DECODE, EMBEDDING, HEAD, LAYER, PREFILL, Precision, Step
+from attnroof.model.layers import DECODE, EMBEDDING, HEAD, LAYER, PREFILL, Precision, Step, layer_table
 from attnroof.model.memory import Memory, memory
 from attnroof.model.parallel import Plan, Shard, check_plan, group_link, stages
 from attnroof.ops import collectives as coll
@@ -93,8 +93,9 @@ def stage_comms(
     if plan.ep > 1 and moe and model.experts is not None:
         link = group_link(links, plan.ep, t, f"--ep {plan.ep}")
         routed = n * model.experts.top_k * h * item / t  # each TP rank sends 1/t of the tokens
+        kind = next(i.layer_kind for i in layer_table(model) if i.operator == "experts")
         for name in ("expert dispatch", "expert combine"):
-            out.append(CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, LAYER))
+            out.append(CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind))
     if plan.pp > 1 and not last:
         link = group_link(links, plan.pp, t * plan.dp, f"--pp {plan.pp}")
         activations = n * h * item / (t if plan.sp else 1)

@@ -102,7 +102,9 @@ def device_text(dev: Device) -> str:
     memory = [f"bandwidth {fig(dev.bandwidth_bytes_per_s, TB_PER_S)} TB/s"]
     if dev.capacity_bytes is not None:
         sold = f", sold as {dev.capacity_marketed}" if dev.capacity_marketed else ""
-        memory.append(f"capacity {dev.capacity_bytes:,.0f} B ({fig(_round(dev.capacity_bytes), GB)} GB{sold})")
+        memory.append(
+            f"capacity {dev.capacity_bytes:,.0f} B ({fig(_round(dev.capacity_bytes), GB)} GB{sold})"
+        )
     if dev.onchip_bytes is not None:
         memory.append(f"on-chip {fig(dev.onchip_bytes, MB)} MB")
     order = [d for d in DTYPES if d in dev.peak_flops_per_s]
