@@ -177,7 +177,8 @@ class Rank:
 def _label(torch: Any, device: Any, world: int, backend: str) -> str:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        version = ".".join(map(str, torch.cuda.nccl.version())) if backend == "nccl" else ""
+        v = torch.cuda.nccl.version() if backend == "nccl" else ""
+        version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)  # an int in old torch
         return f"cuda:0-{world - 1} ({name}) × {world}, {backend} {version}".strip()
     from attnroof.measure.env import _cpu_name
 
