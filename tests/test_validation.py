@@ -405,11 +405,20 @@ def test_what_measure_writes_is_what_the_schema_accepts() -> None:
     from attnroof.measure.suite import plan_cases
 
     assert {R.OK, R.SKIP, R.WRONG, R.ERROR} == set(S.STATUSES) and R.CEILING == S.CEILING
-    assert set(K.IMPLS) == set(S.SHAPES)
+    from attnroof.measure import collectives as CO
+
+    assert set(K.IMPLS) | {CO.KIND} == set(S.SHAPES)
     for case in plan_cases("cuda", quick=False) + plan_cases("cpu", quick=True):
         rec = R.new_record(case.key, case.kind, case.impl, case.shape, case.dtype, "cuda:0", status="skip")
         S.validate_record(rec, "x", keyed=True)
         assert tuple(case.shape) == S.SHAPES[case.kind]
+    for item in CO.plan(S.COLLECTIVE_OPS, [1024, 2**20], world=8, backend="nccl", dt="bf16"):
+        for rec in (
+            CO.collective_record(item, "cuda:0", time_s=1e-4),
+            CO.collective_record(item, "cuda:0", status="skip"),
+        ):
+            S.validate_record(rec, "x", keyed=True)
+            assert tuple(rec["shape"]) == S.SHAPES[CO.KIND]
     assert set(C.BANDWIDTHS) | {C.MATMUL} == set(S.CEILING_SHAPES)
 
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+from typing import Any
 
 from attnroof.commands._common import add_force_arg, add_head_dim_arg, add_json_arg, positive_int
 
@@ -116,3 +118,141 @@ def suite_setup(p: argparse.ArgumentParser) -> None:
     add_force_arg(p)
     _impl_arg(p)
     _common(p)
+
+
+# ---------------------------------------------------------------- measure collectives
+
+COLLECTIVE_SIZES = {"gloo": "1K..16M", "nccl": "1K..256M"}
+"""Default message sizes per backend: nccl-tests' usual sweep on GPUs; on CPU processes (gloo
+over loopback) the top stops at 16 MiB, where a sweep of all five operations takes seconds."""
+_BYTES = re.compile(r"(\d+)\s*([KMG]?)(?:I?B)?", re.IGNORECASE)
+_BYTE_SCALE = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+MAX_MESSAGE = 2**40
+MAX_WORLD = 1024
+MAX_ITERS = 100_000
+
+
+def _byte_size(text: str) -> int:
+    m = _BYTES.fullmatch(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size in bytes (such as 4096, 64K, 256M or 1G)")
+    value = int(m.group(1)) * _BYTE_SCALE[m.group(2).upper()]
+    if not 0 < value <= MAX_MESSAGE:
+        raise argparse.ArgumentTypeError(f"{text!r}: a message size must be 1 byte to 1T (2^40)")
+    return value
+
+
+def byte_sizes(text: str) -> list[int]:
+    """Message sizes in bytes: ``1K..256M`` (doubling from the first while at most the last) or
+    a list ``4K,1M,64M``; K, M, G are powers of 1024 (nccl-tests' ``-b 8 -e 128M -f 2``)."""
+    if ".." in text:
+        lo_text, hi_text = text.split("..", 1)
+        lo, hi = _byte_size(lo_text), _byte_size(hi_text)
+        if hi < lo:
+            raise argparse.ArgumentTypeError(f"{text!r}: the range ends before it starts")
+        out = []
+        while lo <= hi:
+            out.append(lo)
+            lo *= 2
+        return out
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of sizes in bytes")
+    return [_byte_size(p) for p in parts]
+
+
+def _squash(name: str) -> str:
+    return re.sub(r"[-_/\s]", "", name.lower())
+
+
+def collective_ops(text: str) -> list[str]:
+    """``all`` or names from :data:`attnroof.ops.collectives.COLLECTIVES`, comma-separated
+    (``allreduce``, ``all_reduce``, ``sendrecv`` are the same names)."""
+    from attnroof.ops.collectives import COLLECTIVES
+
+    known = {_squash(c): c for c in COLLECTIVES}
+    out: list[str] = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        if word.lower() == "all":
+            out += [c for c in COLLECTIVES if c not in out]
+            continue
+        if _squash(word) not in known:
+            raise argparse.ArgumentTypeError(
+                f"{word!r} is not a collective (known: {', '.join(COLLECTIVES)}, all)"
+            )
+        if known[_squash(word)] not in out:
+            out.append(known[_squash(word)])
+    if not out:
+        raise argparse.ArgumentTypeError(f"{text!r} names no collective")
+    return out
+
+
+def world_size(text: str) -> int:
+    n = positive_int(text)
+    if n < 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: a collective needs at least 2 ranks")
+    if n > MAX_WORLD:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_WORLD} ranks on one machine")
+    return n
+
+
+def _count(least: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
+        if not least <= n <= MAX_ITERS:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from {least} to {MAX_ITERS}")
+        return n
+
+    return parse
+
+
+def collectives_setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops", type=collective_ops, metavar="A,B", help="collectives to measure (default: all)")
+    p.add_argument(
+        "--sizes",
+        type=byte_sizes,
+        metavar="LO..HI|A,B",
+        help="message sizes in bytes, nccl-tests' size: 1K..256M doubles, or a list such as 4K,1M "
+        f"(default: {COLLECTIVE_SIZES['nccl']} with nccl, {COLLECTIVE_SIZES['gloo']} with gloo)",
+    )
+    p.add_argument(
+        "--world", type=world_size, metavar="N", help="ranks (default: every GPU with nccl, 2 with gloo)"
+    )
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        help="torch.distributed backend (default: nccl with 2 or more GPUs, else gloo on CPU processes)",
+    )
+    p.add_argument("--warmup", type=_count(0), default=5, metavar="K", help="untimed calls first (default 5)")
+    p.add_argument(
+        "--iters", type=_count(1), default=20, metavar="K", help="timed calls, median kept (default 20)"
+    )
+    g = p.add_argument_group("device")
+    g.add_argument(
+        "--device",
+        metavar="NAME|FILE",
+        help="catalog device (or device file) whose link is the roof, e.g. h100; default: none",
+    )
+    g.add_argument(
+        "--link",
+        choices=("scale-up", "scale-out"),
+        default="scale-up",
+        help="which of its links: scale-up (NVLink, default) or scale-out (the NIC)",
+    )
+    g.add_argument(
+        "--dtype", default="fp32", help="element type: fp32 (default, nccl-tests' float), bf16, fp16"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.jsonl",
+        help="JSON-lines results, one measurement a line, written as each is made",
+    )
+    p.add_argument("--resume", action="store_true", help="keep -o's file and measure only what it lacks")
+    add_force_arg(p)
+    add_json_arg(p)

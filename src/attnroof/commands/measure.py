@@ -6,11 +6,13 @@ ceilings (and of a catalog device with ``--device``). torch is imported inside t
     attnroof measure decode -s 32768 -d 128 --heads 32 --group 8
     attnroof measure linear -n 16 -k 8192 -m 8192
     attnroof measure suite [--quick] [-o results.jsonl] [--resume] [--ncu]
+    attnroof measure collectives [--ops all-reduce] [--sizes 1K..256M] [--world N] [--device h100]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any
 
@@ -321,6 +323,12 @@ SUBCOMMANDS = (
     ),
     ("linear", "time a linear layer over n tokens", flags.linear_setup, lambda a: _kernels_run(a, "linear")),
     ("suite", "the whole campaign into a JSON-lines file, with a summary", flags.suite_setup, _suite_run),
+    (
+        "collectives",
+        "time torch.distributed collectives over message sizes: nccl-tests' algbw and busbw",
+        flags.collectives_setup,
+        lambda a: importlib.import_module("attnroof.commands._collectives").run(a),  # its own module
+    ),
 )
 
 

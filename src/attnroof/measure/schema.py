@@ -10,7 +10,8 @@ names the file, the line and what is wrong (``r.jsonl:12: time_s = NaN ...``):
 - ``kind`` one of :data:`KINDS`, ``status`` one of :data:`STATUSES`, ``impl`` and ``dtype``
   non-empty strings;
 - ``shape`` an object with exactly the keys the kind has (:data:`SHAPES`): sizes positive
-  integers, ``causal`` true or false, ``heads`` a multiple of ``group``;
+  integers, ``causal`` true or false, ``heads`` a multiple of ``group``, a collective's ``op``
+  one of :data:`COLLECTIVE_OPS` and its ``world`` at least 2;
 - a measurement whose status is ``ok`` has a finite, positive ``time_s`` and finite
   ``flops`` and ``bytes``; every figure present is finite and not negative (``time_s``
   positive), or null.
@@ -46,8 +47,15 @@ SHAPES: dict[str, tuple[str, ...]] = {
     "attention": ("s", "d", "batch", "heads", "group", "causal"),
     "decode": ("s", "d", "batch", "heads", "group"),
     "linear": ("n", "k", "m"),
+    "collective": ("op", "bytes", "world"),
 }
-"""The shape keys of each operator kind, as :mod:`attnroof.measure.kernels` writes them."""
+"""The shape keys of each operator kind, as :mod:`attnroof.measure.kernels` writes them (a
+collective's, :mod:`attnroof.measure.collectives`: the operation, nccl-tests' *size* in bytes and
+the number of ranks)."""
+COLLECTIVE_OPS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send/recv")
+"""A collective record's ``shape.op``: the names of :data:`attnroof.ops.collectives.COLLECTIVES`."""
+TEXT_SHAPE_KEYS = {"op": COLLECTIVE_OPS}
+"""Shape keys whose value is a name, with the names allowed."""
 CEILING_SHAPES: dict[str, tuple[str, ...]] = {
     "read": ("bytes",),
     "write": ("bytes",),
@@ -61,9 +69,10 @@ BOOL_SHAPE_KEYS = frozenset({"causal"})
 FIGURES = (
     "flops", "bytes", "intensity", "achieved_flops_per_s", "achieved_bytes_per_s", "bound_time_s",
     "efficiency", "catalog_bound_time_s", "catalog_efficiency", "ncu_bytes", "ncu_ratio", "rel_error",
+    "algbw_bytes_per_s", "busbw_bytes_per_s", "link_bytes_per_s",
 )  # fmt: skip
 """Figures that are finite and not negative, or null."""
-TEXTS = ("device", "reason", "timestamp", "timing", "ncu_cache_control")
+TEXTS = ("device", "reason", "timestamp", "timing", "ncu_cache_control", "link")
 """Fields that are strings, or null."""
 MODELS = ("fused", "unfused", "unfused, mask pass")
 """The cost a point is placed against; the third is causal eager attention (every score, then a
@@ -144,11 +153,16 @@ def _check_shape(shape: Any, keys: tuple[str, ...], where: str) -> None:
         if k in BOOL_SHAPE_KEYS:
             if not isinstance(v, bool):
                 raise _fail(where, f"shape.{k} = {_show(v)} must be true or false")
+        elif k in TEXT_SHAPE_KEYS:
+            if v not in TEXT_SHAPE_KEYS[k]:
+                raise _fail(where, f"shape.{k} = {_show(v)} must be one of {', '.join(TEXT_SHAPE_KEYS[k])}")
         elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise _fail(where, f"shape.{k} = {_show(v)} must be a positive integer")
     for k in keys:
         if k not in shape:
             raise _fail(where, f"shape has no {k!r} (its keys: {', '.join(keys)})")
+    if "world" in shape and shape["world"] < 2:
+        raise _fail(where, f"shape.world = {shape['world']} must be at least 2 (a collective joins ranks)")
     if "group" in shape and shape["heads"] % shape["group"]:
         raise _fail(
             where, f"shape.heads = {shape['heads']} is not a multiple of shape.group = {shape['group']}"

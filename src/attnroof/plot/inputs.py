@@ -38,6 +38,8 @@ REQUIRED_KEYS = ("kind", "impl", "shape", "dtype", "status", *NUMERIC_KEYS)
 CEILING_KIND = "ceiling"
 """Records of the ceiling probes (read, write, copy, matmul) that ``attnroof measure`` keeps in the
 results file; their figures are the ceilings file's, not operator points."""
+COLLECTIVE_KIND = "collective"
+"""Records of ``attnroof measure collectives``: link bandwidth, drawn by no chart here."""
 
 ATTENTION_KINDS = frozenset({"attention", "prefill", "sdpa"})
 DECODE_KINDS = frozenset({"decode"})
@@ -100,10 +102,11 @@ def _positive(value: Any, where: str, key: str) -> float:
 
 
 def parse_measured_line(record: Any, where: str) -> Measured | None:
-    """One results record, validated; ``None`` for a record whose status is not ``ok`` and for a
-    ceiling measurement (a bandwidth or matmul probe, not an operator)."""
+    """One results record, validated; ``None`` for a record whose status is not ``ok``, for a
+    ceiling measurement (a bandwidth or matmul probe, not an operator) and for a collective
+    (bytes over a link, no FLOPs: not a point on the compute roofline)."""
     validate_record(record, where)  # the checks every reader of results applies
-    if record.get("kind") == CEILING_KIND:
+    if record.get("kind") in (CEILING_KIND, COLLECTIVE_KIND):
         return None
     for key in REQUIRED_KEYS:
         if key not in record:
@@ -150,7 +153,7 @@ def read_measured(path: str | Path) -> list[Measured]:
             "it is empty"
             if not records
             else f"none of its {len(records)} record{'s' if len(records) != 1 else ''} is an ok "
-            "operator measurement (failed runs and ceiling probes are not drawn)"
+            "operator measurement (failed runs, ceiling probes and collectives are not drawn)"
         )
         raise InputError(f"{path}: no measurements to draw: {held}")
     return out

@@ -36,6 +36,8 @@ def case_label(rec: Mapping[str, Any]) -> str:
         return f"decode s={sh['s']} d={sh['d']} b{sh['batch']} h{sh['heads']} g{sh['group']}"
     if kind == "linear":
         return f"linear n={sh['n']} {sh['k']}×{sh['m']}"
+    if kind == "collective":
+        return f"{sh['op']} {si(sh['bytes'], 'B')} ×{sh['world']}"
     if "bytes" in sh:
         return f"{rec['impl']} {si(sh['bytes'], 'B')}"
     return f"matmul {sh['n']}³"

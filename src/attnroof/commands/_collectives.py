@@ -1,0 +1,192 @@
+"""``attnroof measure collectives``: all-reduce, all-gather, reduce-scatter, all-to-all and
+send/recv through ``torch.distributed`` over message sizes, nccl-tests' algbw and busbw, on the
+link roof of a catalog device. Every input is checked before a rank starts; torch is imported
+only to count GPUs (nccl, or no ``--backend``).
+
+    attnroof measure collectives [--ops all-reduce,all-gather] [--sizes 1K..256M] [--world N]
+        [--backend gloo|nccl] [--device h100] [--link scale-up|scale-out] [-o r.jsonl] [--resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from typing import Any
+
+from attnroof.commands._common import emit_json, require
+from attnroof.commands._measure_flags import COLLECTIVE_SIZES, byte_sizes
+from attnroof.devices import get_device
+from attnroof.devices.links import SCALE_UP, Link
+from attnroof.text.render import plural
+
+GLOO_MAX_WORLD = 64
+"""Most CPU processes one gloo run starts (each a Python with torch, some 300 MB)."""
+
+
+def _gpus() -> int:
+    from attnroof.measure import require_torch
+
+    torch = require_torch()
+    return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def _backend_and_world(args: argparse.Namespace) -> tuple[str, int]:
+    backend = args.backend
+    gpus = _gpus() if backend != "gloo" else 0
+    if backend is None:
+        backend = "nccl" if gpus >= 2 else "gloo"
+    if backend == "nccl":
+        import torch.distributed as dist
+
+        require(gpus >= 1, "--backend nccl: no CUDA GPU here (use --backend gloo for CPU processes)")
+        require(dist.is_nccl_available(), "--backend nccl: this torch has no NCCL (use --backend gloo)")
+        world = args.world or gpus
+        require(
+            world >= 2,
+            f"--backend nccl: one rank per GPU, and there is {plural(gpus, 'GPU')} here (2 needed)",
+        )
+        require(
+            world <= gpus,
+            f"--world {world}: one rank per GPU, and there {'is' if gpus == 1 else 'are'} {plural(gpus, 'GPU')} here",
+        )
+        return backend, world
+    if importlib.util.find_spec("torch") is None:
+        from attnroof.measure import require_torch
+
+        require_torch()  # says which extra to install
+    world = args.world or 2
+    require(
+        world <= GLOO_MAX_WORLD, f"--world {world}: at most {GLOO_MAX_WORLD} gloo processes on one machine"
+    )
+    return backend, world
+
+
+def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
+    if not args.device:
+        return None, ""
+    dev = get_device(args.device)
+    link = dev.links.scaleup if args.link == SCALE_UP else dev.links.scaleout
+    what = "scaleup_bytes_per_s" if args.link == SCALE_UP else "scaleout_bytes_per_s"
+    require(
+        link is not None,
+        f"--device {args.device}: {dev.name} has no {args.link} link figure ([device.links] {what}); "
+        "give a device file that has one, or leave out --device",
+    )
+    assert link is not None
+    return link, f"{dev.name} {link.kind}" + (f" ({link.name})" if link.name else "")
+
+
+def _results(args: argparse.Namespace) -> Any:
+    """The results file (kept with --resume, started over with --force), or None without -o."""
+    if not args.output:
+        require(not args.resume, "--resume continues the file named by -o: give -o FILE.jsonl")
+        return None
+    from attnroof.commands.measure import _suite_file
+
+    results = _suite_file(args)
+    from attnroof.measure.records import ERROR
+
+    failed = [r for r in results.records if r.get("status") == ERROR]
+    if failed:  # a failed measurement is tried again; its record goes
+        results.rewrite([r for r in results.records if r.get("status") != ERROR])
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnroof.measure.collectives import collective_record, plan, run_ranks
+    from attnroof.measure.kernels import check_dtype
+    from attnroof.ops.collectives import COLLECTIVES
+
+    dt = check_dtype(args.dtype)
+    link, link_name = _link(args)
+    backend, world = _backend_and_world(args)
+    sizes = args.sizes or byte_sizes(COLLECTIVE_SIZES[backend])
+    items = plan(args.ops or COLLECTIVES, sizes, world=world, backend=backend, dt=dt)
+    results = _results(args)
+    done = {r["key"]: r for r in results.records} if results is not None else {}
+    todo = [i for i in items if i.key not in done]
+    if len(todo) < len(items):
+        print(f"resuming: {len(items) - len(todo)} of {len(items)} already in {args.output}", file=sys.stderr)
+    made: dict[str, dict[str, Any]] = {}
+    device = ""
+
+    def ready(label: str) -> None:
+        nonlocal device
+        device = label
+        if not args.json:
+            print(f"measuring on {label}", file=sys.stderr, flush=True)
+
+    def emit(res: Any) -> None:
+        rec = collective_record(
+            res.item,
+            device,
+            time_s=res.time_s,
+            status=res.status,
+            reason=res.reason,
+            link=link,
+            link_name=link_name,
+            timing=res.timing,
+        )
+        if results is not None:
+            results.append(rec)  # on disk before the next measurement starts
+        made[rec["key"]] = rec
+        if not args.json:
+            print(f"  {rec['status']:5} {res.item.op} {res.item.bytes} B", file=sys.stderr, flush=True)
+
+    try:
+        run_ranks(todo, warmup=args.warmup, iters=args.iters, on_result=emit, on_ready=ready)
+    except KeyboardInterrupt:
+        if results is None:
+            raise KeyboardInterrupt(f"{plural(len(made), 'measurement')} made, none kept (no -o)") from None
+        from attnroof.commands.measure import _interrupted
+
+        raise KeyboardInterrupt(_interrupted(results, args.output)) from None
+    finally:
+        if results is not None:
+            results.close()
+    records = [made.get(i.key) or done[i.key] for i in items]
+    return _print(args, records, link, link_name, backend, world, dt)
+
+
+def _print(
+    args: argparse.Namespace,
+    records: list[dict[str, Any]],
+    link: Link | None,
+    link_name: str,
+    backend: str,
+    world: int,
+    dt: str,
+) -> int:
+    link_json = None
+    if link is not None:
+        link_json = {
+            "name": link_name,
+            "kind": link.kind,
+            "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+            "latency_s": link.latency_s,
+        }
+    if args.json:
+        emit_json(
+            {
+                "backend": backend,
+                "world": world,
+                "dtype": dt,
+                "link": link_json,
+                "results": args.output,
+                "records": records,
+            }
+        )
+        return 0
+    from attnroof.text.collectives import collectives_table, link_line
+
+    devices = sorted({r["device"] for r in records if r.get("device")})
+    print(f"on {'; '.join(devices) or 'nothing measured'}")
+    if link is not None:
+        print(link_line(link_name, link.bandwidth_bytes_per_s, link.latency_s))
+    print()
+    print(collectives_table(records))
+    if args.output:
+        print()
+        print(f"results: {args.output} ({plural(len(records), 'record')})")
+    return 0
