@@ -80,10 +80,15 @@ def test_the_link_roof_is_the_catalog_link(measured):
         if r["status"] != "ok":
             continue
         comm = COLLECTIVE_FN[r["shape"]["op"]](r["shape"]["bytes"], 2)
-        bound = comm.steps * link.latency_s + comm.bytes_per_device / link.bandwidth_bytes_per_s
+        # α₀ + steps · α + bytes sent / β: 3.6 µs a call, 0.47 µs a step (NCCL's ring, LL)
+        bound = (
+            link.base_latency_s
+            + comm.steps * link.latency_s
+            + comm.bytes_per_device / link.bandwidth_bytes_per_s
+        )
         assert r["bound_time_s"] == pytest.approx(bound, rel=1e-12)
         assert r["efficiency"] == r["bound_time_s"] / r["time_s"]
-        assert r["link"] == "H100 SXM scale-up" and r["link_bytes_per_s"] == 450e9
+        assert r["link"].startswith("H100 SXM scale-up") and r["link_bytes_per_s"] == 450e9
 
 
 def test_resume_measures_only_what_the_file_lacks(measured, tmp_path):
@@ -121,8 +126,8 @@ def test_resume_measures_only_what_the_file_lacks(measured, tmp_path):
         (["--backend", "gloo", "--world", "65"], "--world 65"),
         (["--backend", "mpi"], "'mpi'"),
         (["--iters", "0"], "'0'"),
-        (["--backend", "gloo", "--device", "h200"], "scale-up"),
-        (["--backend", "gloo", "--device", "h100", "--link", "scale-out"], "scale-out"),
+        (["--backend", "gloo", "--device", "R"], "scale-up"),  # the spec's device has no links
+        (["--backend", "gloo", "--device", "R", "--link", "scale-out"], "scale-out"),
         (["--backend", "gloo", "--resume"], "--resume"),
         (["--backend", "gloo", "--dtype", "fp8"], "--dtype fp8"),
     ],

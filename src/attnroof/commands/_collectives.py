@@ -183,7 +183,7 @@ def _print(
     devices = sorted({r["device"] for r in records if r.get("device")})
     print(f"on {'; '.join(devices) or 'nothing measured'}")
     if link is not None:
-        print(link_line(link_name, link.bandwidth_bytes_per_s, link.latency_s))
+        print(link_line(link_name, link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
     print()
     print(collectives_table(records))
     if args.output:

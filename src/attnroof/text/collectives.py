@@ -20,8 +20,11 @@ FACTOR_TEXT = {
 """nccl-tests' bus factor of each operation, as written in its doc/PERFORMANCE.md."""
 
 
-def link_line(name: str, bandwidth: float, latency: float) -> str:
-    return f"link roof: {name}, {si(bandwidth, 'B/s')} one way per device, {duration(latency)} per step"
+def link_line(name: str, bandwidth: float, latency: float, base_latency: float = 0.0) -> str:
+    return (
+        f"link roof: {name}, {si(bandwidth, 'B/s')} one way per device, "
+        f"{duration(base_latency)} a call + {duration(latency)} a step"
+    )
 
 
 def _columns(rows: Sequence[Sequence[str]]) -> list[str]:
