@@ -27,7 +27,7 @@ ROOFS = Roofs(800e12, 4e12, sms=132, l2_bytes=60e6)
 
 def _truth(**kw):
     base = dict(
-        t0_s=8e-6, eta_compute={0: 0.8}, eta_memory=0.7, eta_pass=0.7, sharpness=4.0, l2_speedup=1.0,
+        t0_s=8e-6, eta_compute={0: 0.8}, eta_memory=0.7, eta_pass={0: 0.7}, sharpness=4.0, l2_speedup=1.0,
         causal_block=128,
     )  # fmt: skip
     base.update(kw)
@@ -63,6 +63,25 @@ def test_predict_linear_by_hand():
     f = features("linear", "linear", {"n": 1024, "k": 8192, "m": 8192}, "bf16", ROOFS, 128)
     work = 2 * 1024 * 8192 * 8192 * (528 / 512)
     assert predict(f, p, ROOFS) == pytest.approx(8e-6 + work / (0.8 * 800e12))
+
+
+def test_eager_passes_by_hand():
+    # causal eager, s = 512, d = 64, 1 head: S is 512² bf16 = 524288 B. The mask pass reads S and
+    # the bool mask and writes S (2.5 × 524288 B) at η_mask; the softmax reads S, writes P
+    # (2 × 524288 B) at η_pass of its row length 512 (halfway in log between 256 and 1024)
+    p = _truth(t0_s=0.0, eta_pass={256: 0.4, 1024: 0.9}, eta_mask=0.25, sharpness=math.inf)
+    shape = {"s": 512, "d": 64, "batch": 1, "heads": 1, "group": 1, "causal": True}
+    f = features("attention", "eager", shape, "bf16", ROOFS, 128)
+    mask, softmax = f.kernels[1], f.kernels[2]
+    assert (mask.role, softmax.role, softmax.row) == ("mask", "pass", 512)
+    assert mask.bytes == 2.5 * 524288 and softmax.bytes == 2 * 524288
+    eta = math.sqrt(0.4 * 0.9)  # log-linear: 512 is halfway between 256 and 1024
+    assert p.eta_of(softmax) == pytest.approx(eta)
+    one = _truth(t0_s=0.0, sharpness=math.inf)
+    rest = predict(f, one, ROOFS) - (2.5 * 524288 + 2 * 524288) / (0.7 * 4e12)
+    assert predict(f, p, ROOFS) == pytest.approx(
+        rest + 2.5 * 524288 / (0.25 * 4e12) + 2 * 524288 / (eta * 4e12)
+    )
 
 
 # ---------------------------------------------------------------- the fit recovers what made the data

@@ -69,9 +69,10 @@ class ImplFit:
             "points": len(self.points) or len(self.held),
             "params": {
                 "t0_s": p.t0_s,
-                "eta_compute": {str(d) if d else "any": v for d, v in p.eta_compute.items()},
+                "eta_compute": _keyed(p.eta_compute),
                 "eta_memory": p.eta_memory,
-                "eta_pass": p.eta_pass,
+                "eta_pass": _keyed(p.eta_pass),
+                "eta_mask": p.eta_mask,
                 "sharpness": p.sharpness,
                 "l2_speedup": p.l2_speedup,
                 "causal_block": p.causal_block,
@@ -86,6 +87,18 @@ class ImplFit:
                 for h in self.held
             ],
         }
+
+
+def _keyed(table: Mapping[int, float]) -> dict[str, float]:
+    """A table by head dimension or row length for JSON: key 0 (one value for all) as "any"."""
+    return {str(k) if k else "any": v for k, v in table.items()}
+
+
+def _unkeyed(table: Any) -> dict[int, float]:
+    """:func:`_keyed` read back; a plain number (an older file's single η_pass) is key 0."""
+    if not isinstance(table, Mapping):
+        return {0: float(table)}
+    return {0 if k == "any" else int(k): float(v) for k, v in table.items()}
 
 
 @dataclass
@@ -256,14 +269,18 @@ def _from_json(c: Mapping[str, Any]) -> Calibration:
         p = f["params"]
         params = Params(
             t0_s=float(p["t0_s"]),
-            eta_compute={0 if k == "any" else int(k): float(v) for k, v in p["eta_compute"].items()},
+            eta_compute=_unkeyed(p["eta_compute"]),
             eta_memory=float(p["eta_memory"]),
-            eta_pass=float(p["eta_pass"]),
+            eta_pass=_unkeyed(p["eta_pass"]),
             sharpness=float(p["sharpness"]),
             l2_speedup=float(p["l2_speedup"]),
             causal_block=int(p["causal_block"]),
+            eta_mask=None if p.get("eta_mask") is None else float(p["eta_mask"]),
         )
-        if min(params.eta_memory, params.eta_pass, *params.eta_compute.values()) <= 0 or params.t0_s < 0:
+        etas = [params.eta_memory, *params.eta_pass.values(), *params.eta_compute.values()]
+        if params.eta_mask is not None:
+            etas.append(params.eta_mask)
+        if min(etas) <= 0 or params.t0_s < 0:
             raise ValueError(f"{f['impl']}: efficiencies must be positive and t0 non-negative")
         held = [
             Held(

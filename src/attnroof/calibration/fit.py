@@ -12,7 +12,11 @@ A parameter the data cannot pin down is **not fitted**, and the fit says why:
   memory time (decode, small GEMMs): the measured peak is used as is;
 - ``eta_memory`` with no point whose memory time reaches 30% of its compute time: the
   measured bandwidth is used;
-- ``eta_pass`` for a fused kernel (it has no element-wise passes);
+- ``eta_pass`` for a fused kernel (it has no element-wise passes), and at a softmax row length
+  where no point's softmax pass takes 30% of its time at the measured roofs (eager decode: the
+  score rows are a sliver of the cache it reads): the kernel's ``eta_memory`` is used;
+- ``eta_mask`` with fewer than two points whose mask pass takes 30% of their time: the
+  softmax's ``eta_pass`` is used;
 - ``sharpness`` with fewer than three points near the ridge (compute and memory time within
   4× of each other): the default ``p`` = 4;
 - ``l2_speedup`` without two points that fit in the L2 cache and two that do not;
@@ -32,6 +36,8 @@ from attnroof.calibration.physics import (
     ATTENTION,
     CAUSAL_BLOCKS,
     DEFAULT_SHARPNESS,
+    MASK,
+    PASS,
     UNFUSED,
     Features,
     Params,
@@ -47,6 +53,9 @@ LOSS, LOSS_SCALE = "soft_l1", 0.05
 COMPUTE_SHARE = 0.3
 """A head dimension's η_c is fitted only if some point's compute time is this share of its
 memory time (at the measured roofs) or more."""
+PASS_SHARE = 0.3
+"""A softmax row length's η_pass (and η_mask) is fitted only if some point's pass (mask) takes
+this share of its time or more (at the measured roofs)."""
 NEAR_RIDGE = 4.0
 DEFAULT_BLOCK = 128
 
@@ -56,6 +65,7 @@ BOUNDS = {
     "eta_compute": (0.5, 0.01, 1.5),
     "eta_memory": (0.7, 0.01, 1.5),
     "eta_pass": (0.5, 0.01, 1.5),
+    "eta_mask": (0.5, 0.01, 1.5),
     "sharpness": (DEFAULT_SHARPNESS, 1.0, 50.0),
     "l2_speedup": (2.0, 1.0, 10.0),
 }
@@ -102,6 +112,18 @@ def _ratio(f: Features, roofs: Roofs) -> float:
     )
 
 
+def _share(f: Features, roofs: Roofs, role: str) -> float:
+    """The memory time of the kernels of ``role`` over the whole call's time, at the measured
+    roofs (each kernel at the larger of its compute and memory times)."""
+    mem = [k.bytes / roofs.bandwidth_bytes_per_s for k in f.kernels]
+    total = sum(max(k.flops / roofs.peak_flops_per_s, m) for k, m in zip(f.kernels, mem, strict=True))
+    return sum(m for k, m in zip(f.kernels, mem, strict=True) if k.role == role) / total if total else 0.0
+
+
+def _pass_rows(f: Features) -> set[int]:
+    return {k.row for k in f.kernels if k.role == PASS}
+
+
 def fit_points(points: Sequence[Point], roofs: Roofs) -> Fit:
     """Fit one implementation's parameters to ``points`` (all of one kind, implementation and
     dtype). The causal block, a whole number, is chosen by the robust cost among
@@ -136,7 +158,7 @@ def _fit_block(points: Sequence[Point], roofs: Roofs, block: int) -> tuple[Fit, 
         else:
             notes.append(f"eta_compute{_at(d)}: no compute-heavy point; the measured peak is used (1.0)")
     if points[0].impl in UNFUSED:
-        free.append("eta_pass")
+        free += _pass_params(feats, roofs, notes)
     near = sum(1 for f in feats if 1 / NEAR_RIDGE <= _ratio(f, roofs) <= NEAR_RIDGE)
     if near >= 3:
         free.append("sharpness")
@@ -156,14 +178,16 @@ def _fit_block(points: Sequence[Point], roofs: Roofs, block: int) -> tuple[Fit, 
     def params(x: Sequence[float]) -> Params:
         v = {n: math.exp(xi) for n, xi in zip(free, x, strict=True)}
         eta_c = {d: v.get(f"eta_compute@{d}", 1.0) for d in dims}
+        eta_p = {int(n.split("@")[1]): x for n, x in v.items() if n.startswith("eta_pass@")}
         return Params(
             t0_s=v.get("t0_s", 0.0),
             eta_compute=eta_c,
             eta_memory=v.get("eta_memory", 1.0),
-            eta_pass=v.get("eta_pass", v.get("eta_memory", 1.0)),
+            eta_pass=eta_p or {0: v.get("eta_memory", 1.0)},
             sharpness=v.get("sharpness", DEFAULT_SHARPNESS),
             l2_speedup=v.get("l2_speedup", 1.0),
             causal_block=block,
+            eta_mask=v.get("eta_mask"),
         )
 
     def residuals(x: Sequence[float]) -> list[float]:
@@ -175,6 +199,27 @@ def _fit_block(points: Sequence[Point], roofs: Roofs, block: int) -> tuple[Fit, 
     lo, hi = [math.log(s[1]) for s in spec], [math.log(s[2]) for s in spec]
     res = ls(residuals, x0, bounds=(lo, hi), loss=LOSS, f_scale=LOSS_SCALE)
     return Fit(params(res.x), [n.replace("@0", "") for n in free], notes), float(res.cost)
+
+
+def _pass_params(feats: Sequence[Features], roofs: Roofs, notes: list[str]) -> list[str]:
+    """The pass efficiencies the points can pin: η_pass at each softmax row length where some
+    point's softmax takes :data:`PASS_SHARE` of its time, η_mask where two points' masks do."""
+    free = []
+    for r in sorted(set().union(*(_pass_rows(f) for f in feats))):
+        if any(_share(f, roofs, PASS) >= PASS_SHARE for f in feats if r in _pass_rows(f)):
+            free.append(f"eta_pass@{r}")
+        else:
+            notes.append(
+                f"eta_pass at s={r}: the softmax is under {PASS_SHARE:.0%} of every such call; η_m used"
+            )
+    masked = sum(_share(f, roofs, MASK) >= PASS_SHARE for f in feats)
+    if masked >= 2:
+        free.append("eta_mask")
+    elif any(k.role == MASK for f in feats for k in f.kernels):
+        notes.append(
+            f"eta_mask: {masked} point(s) where the mask pass is {PASS_SHARE:.0%} of the time; η_pass used"
+        )
+    return free
 
 
 def _at(d: int) -> str:

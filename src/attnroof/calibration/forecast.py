@@ -16,12 +16,12 @@ from attnroof.calibration.physics import (
     ATTENTION,
     DECODE,
     LINEAR,
-    PASS_STAGES,
     Features,
     Kernel,
     diagonal_factor,
     features,
     predict,
+    stage_role,
 )
 from attnroof.cost import Cost
 from attnroof.devices import Device
@@ -134,11 +134,11 @@ def step_forecast(
     for op in ops:
         if op.operator == "attention":
             fit = _attention_fit(cal, kind, impl, op.cost, context, head_dim)
-            f = _cost_features(op.cost, head_dim)
+            f = _cost_features(op.cost, head_dim, context)
             if kind == ATTENTION and fit.impl not in ("eager", "sdpa-math"):
                 factor = diagonal_factor(context, fit.fit.params.causal_block)
                 f = Features(
-                    tuple(Kernel(k.flops * factor, k.bytes, k.is_pass) for k in f.kernels), f.d, False
+                    tuple(Kernel(k.flops * factor, k.bytes, k.role, k.row) for k in f.kernels), f.d, False
                 )
             fc = _band(fit, predict(f, fit.fit.params, cal.roofs))
             out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, f"{kind} {fit.impl}"))
@@ -172,13 +172,14 @@ def _attention_fit(
         raise InputError(f"the calibration has no {kind} implementation", param="calibration")
     if impl is not None:
         return cal.fits[(kind, impl)]
-    f = _cost_features(cost, head_dim)
+    f = _cost_features(cost, head_dim, context)
     return min((cal.fits[(kind, n)] for n in names), key=lambda fit: predict(f, fit.fit.params, cal.roofs))
 
 
-def _cost_features(cost: Cost, d: int) -> Features:
+def _cost_features(cost: Cost, d: int, row: int = 0) -> Features:
+    """The kernels of a model operator's cost; ``row``: its softmax rows' length (the keys)."""
     return Features(
-        tuple(Kernel(float(s.flops), float(s.bytes), s.name in PASS_STAGES) for s in cost.stages), d, False
+        tuple(Kernel(float(s.flops), float(s.bytes), stage_role(s.name), row) for s in cost.stages), d, False
     )
 
 
@@ -188,13 +189,14 @@ LAUNCH_VISIBLE_S = 1e-6
 
 def memory_pass_params(cal: Calibration) -> tuple[float, float]:
     """(launch cost in s, bandwidth in B/s) of an element-wise pass: the eager softmax's pass
-    efficiency where eager attention was calibrated, else the measured bandwidth; the smallest
+    efficiency where eager attention was calibrated (its best over the row lengths fitted: an
+    element-wise pass has no row reduction to slow it), else the measured bandwidth; the smallest
     fixed cost per kernel among the fits that could see one (short calls: decode, small GEMMs),
     as a kernel's launch cost."""
     seen = [f.fit.params.t0_s for f in cal.fits.values() if f.fit.params.t0_s >= LAUNCH_VISIBLE_S]
     t0 = min(seen, default=0.0)
     eager = cal.fits.get((ATTENTION, "eager"))
-    eta = eager.fit.params.eta_pass if eager is not None else 1.0
+    eta = max(eager.fit.params.eta_pass.values()) if eager is not None else 1.0
     return t0, eta * cal.roofs.bandwidth_bytes_per_s
 
 
