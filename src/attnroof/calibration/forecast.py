@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.calibration import Calibration, ImplFit
+from attnroof.calibration.fit import LAUNCH_VISIBLE_S
 from attnroof.calibration.physics import (
     ATTENTION,
     DECODE,
     LINEAR,
     Features,
     Kernel,
+    call_features,
     diagonal_factor,
-    features,
     predict,
     stage_role,
 )
@@ -83,7 +84,7 @@ def forecast(
     out = []
     for name in ran:
         fit = cal.fits[(kind, name)]
-        f = features(kind, name, shape, cal.dtype, cal.roofs, fit.fit.params.causal_block)
+        f = call_features(kind, name, shape, cal.dtype, cal.roofs, fit.fit.params)
         out.append(_band(fit, predict(f, fit.fit.params, cal.roofs)))
     return sorted(out, key=lambda fc: fc.time_s)
 
@@ -181,10 +182,6 @@ def _cost_features(cost: Cost, d: int, row: int = 0) -> Features:
     return Features(
         tuple(Kernel(float(s.flops), float(s.bytes), stage_role(s.name), row) for s in cost.stages), d, False
     )
-
-
-LAUNCH_VISIBLE_S = 1e-6
-"""A fitted ``t0`` below this is a fit to large calls, where the fixed cost cannot be seen."""
 
 
 def memory_pass_params(cal: Calibration) -> tuple[float, float]:

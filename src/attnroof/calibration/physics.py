@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from attnroof.calibration import splitkv
 from attnroof.cost import Cost
 from attnroof.dtypes import dtype
 from attnroof.ops import attention, decode, linear
@@ -81,6 +82,9 @@ class Params:
     causal_block: int
     eta_mask: float | None = None
     """Mask pass efficiency; ``None``: the softmax's at the same row length."""
+    split_kv: bool = False
+    """Fused decode splits the cache over thread blocks (where the implementation's own choice
+    is not known: :mod:`attnroof.calibration.splitkv`)."""
 
     def eta_c(self, d: int) -> float:
         """η_c at head dimension ``d``: log-linear between the head dimensions fitted."""
@@ -189,9 +193,15 @@ class Features:
     in_l2: bool
 
 
-def features(kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, block: int) -> Features:
-    """The kernels of one call with the work they really do (diagonal tiles, full waves)."""
+def features(
+    kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, block: int, split_kv: bool = False
+) -> Features:
+    """The kernels of one call with the work they really do (diagonal tiles, full waves; for
+    fused decode, whole query tiles and the split-KV plan of :mod:`attnroof.calibration.splitkv`)."""
     cost = cost_of(kind, impl, shape, dt)
+    in_l2 = roofs.l2_bytes is not None and float(cost.bytes) <= roofs.l2_bytes
+    if kind == DECODE and impl not in UNFUSED:
+        return Features(_decode_kernels(impl, shape, cost, roofs, split_kv), int(shape["d"]), in_l2)
     factor = 1.0
     if kind == LINEAR:
         units = math.ceil(shape["n"] / GEMM_TILE) * math.ceil(shape["m"] / GEMM_TILE)
@@ -205,8 +215,28 @@ def features(kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roo
     kernels = tuple(
         Kernel(float(st.flops) * factor, float(st.bytes), stage_role(st.name), row) for st in cost.stages
     )
-    in_l2 = roofs.l2_bytes is not None and float(cost.bytes) <= roofs.l2_bytes
     return Features(kernels, int(shape.get("d", 0)), in_l2)
+
+
+def call_features(
+    kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, p: Params
+) -> Features:
+    """:func:`features` with the whole-number choices of fitted parameters ``p``."""
+    return features(kind, impl, shape, dt, roofs, p.causal_block, p.split_kv)
+
+
+def _decode_kernels(
+    impl: str, shape: Mapping[str, Any], cost: Cost, roofs: Roofs, split_kv: bool
+) -> tuple[Kernel, ...]:
+    """A fused decode call: its kernel on whole query tiles, writing float32 partials when it
+    splits the cache, then the kernel that combines them."""
+    g = shape.get("group", 1)
+    units = shape["batch"] * shape["heads"] // g
+    pl = splitkv.plan(impl, shape["s"], shape["d"], units, g, roofs.sms, split_kv)
+    partial = float(splitkv.partial_bytes(pl, units, g, shape["d"]))
+    (st,) = cost.stages
+    main = Kernel(float(st.flops) * pl.rows / g, float(st.bytes) + partial)
+    return (main, Kernel(0.0, partial)) if pl.splits > 1 else (main,)
 
 
 def predict(f: Features, p: Params, roofs: Roofs) -> float:
