@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from attnroof import calibration
-from attnroof.calibration.fit import Point, fit_points, leave_one_shape_out, summary
+from attnroof.calibration.fit import Point, fit_points, leave_one_shape_out, summary, t0_prior
 from attnroof.calibration.forecast import forecast, select
-from attnroof.calibration.physics import Params, Roofs, diagonal_factor, features, predict, smooth_max
+from attnroof.calibration.physics import (
+    Params,
+    Roofs,
+    call_features,
+    diagonal_factor,
+    features,
+    predict,
+    smooth_max,
+)
 from attnroof.devices import get_device
 from attnroof.errors import InputError, MissingExtra
 from attnroof.measure.schema import parse_results
@@ -41,7 +49,7 @@ def _synthetic(kind, impl, shapes, params, roofs=ROOFS):
             impl,
             sh,
             "bf16",
-            predict(features(kind, impl, sh, "bf16", roofs, params.causal_block), params, roofs),
+            predict(call_features(kind, impl, sh, "bf16", roofs, params), params, roofs),
         )
         for sh in shapes
     ]
@@ -84,6 +92,25 @@ def test_eager_passes_by_hand():
     )
 
 
+def test_fused_decode_tiles_and_split_kv_by_hand():
+    # batch 8, 32 query heads in groups of 4: 64 KV heads, each one 64-row tile of FlashAttention's
+    # split-KV kernel. 64 tiles < 0.8 × 264 slots (2 per SM): split the 16384 keys (128 blocks of
+    # 128) 4 ways, 256 of 264 slots busy (97%). Work: 64 rows per KV head, not 4.
+    shape = {"s": 16384, "d": 128, "batch": 8, "heads": 32, "group": 4}
+    main, combine = features("decode", "sdpa-flash", shape, "bf16", ROOFS, 128).kernels
+    assert main.flops == 64 * 64 * 16384 * (4 * 128 + 5)
+    kv, qo = 2 * 64 * 16384 * 128 * 2, 2 * 256 * 128 * 2
+    partial = 4 * 256 * (128 + 1) * 4  # per split and query head: a float32 d-vector and its LSE
+    assert (main.bytes, combine.bytes, combine.flops) == (kv + qo + partial, partial, 0.0)
+    # group 1: 256 KV heads fill 0.8 × 264 slots, one split, the 128-row tile
+    (one,) = features("decode", "sdpa-flash", {**shape, "group": 1}, "bf16", ROOFS, 128).kernels
+    assert one.flops == 256 * 128 * 16384 * (4 * 128 + 5)
+    # an implementation whose kernels are not known: 4 rows of real work, split only if fitted so
+    (plain,) = features("decode", "sdpa-cudnn", shape, "bf16", ROOFS, 128).kernels
+    assert plain.flops == 64 * 4 * 16384 * (4 * 128 + 5) and plain.bytes == kv + qo
+    assert len(features("decode", "sdpa-cudnn", shape, "bf16", ROOFS, 128, split_kv=True).kernels) == 2
+
+
 # ---------------------------------------------------------------- the fit recovers what made the data
 
 
@@ -121,12 +148,49 @@ def test_parameters_the_data_cannot_pin_down_are_not_fitted_and_said_so():
     truth = _truth(t0_s=10e-6, eta_compute={128: 1.0}, eta_memory=0.9)
     shapes = [{"s": s, "d": 128, "batch": 8, "heads": 32, "group": g} for s in (1024, 16384) for g in (1, 4)]
     fit = fit_points(
-        _synthetic("decode", "sdpa-flash", shapes, truth, Roofs(800e12, 4e12)), Roofs(800e12, 4e12)
+        _synthetic("decode", "sdpa-cudnn", shapes, truth, Roofs(800e12, 4e12)), Roofs(800e12, 4e12)
     )
-    assert "eta_compute@128" not in fit.fitted  # decode never nears the ridge
+    assert "eta_compute@128" not in fit.fitted  # unpadded decode never nears the ridge
     assert any(n.startswith("eta_compute at d=128") for n in fit.notes)
     assert any(n.startswith("sharpness") for n in fit.notes)
+    assert any(n.startswith("split_kv: 0 point(s)") for n in fit.notes)  # no SM count: no plan
     assert fit.params.eta_memory == pytest.approx(0.9, rel=0.01)
+
+
+DECODE_SHAPES = [
+    {"s": s, "d": 128, "batch": b, "heads": 32, "group": g}
+    for s in (1024, 4096, 16384)
+    for g in (1, 4, 8)
+    for b in (2, 8)
+]
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_fit_recovers_whether_decode_splits_the_cache(split):
+    truth = _truth(t0_s=15e-6, eta_compute={128: 1.0}, eta_memory=0.9, split_kv=split)
+    fit = fit_points(_synthetic("decode", "sdpa-cudnn", DECODE_SHAPES, truth), ROOFS)
+    assert fit.params.split_kv is split and "split_kv" in fit.fitted
+    assert fit.params.t0_s == pytest.approx(15e-6, rel=0.02)
+
+
+def test_few_points_hold_the_finer_parameters_first():
+    # padded flash decode nears the ridge: with 4 points of 5 free parameters, p and L2× are held
+    truth = _truth(t0_s=15e-6, eta_compute={128: 0.5}, eta_memory=0.9, sharpness=4.0)
+    fit = fit_points(_synthetic("decode", "sdpa-flash", DECODE_SHAPES[9:13], truth), ROOFS)
+    assert fit.fitted[:3] == ["t0_s", "eta_memory", "eta_compute@128"]
+    assert any(n.startswith("4 point(s): only t0_s, eta_memory, eta_compute@128") for n in fit.notes)
+
+
+def test_a_thin_fit_holds_the_devices_fixed_cost(reference):
+    # SDPA's efficient kernel decodes group 1 only: 2 shapes, so each held-out fit has one point
+    # and holds t0 at the median of the other decode fits' (flash, cuDNN, eager)
+    (cal,) = reference
+    prior = t0_prior([cal.fits[("decode", i)].fit for i in ("sdpa-flash", "sdpa-cudnn", "eager-gqa")])
+    assert 10e-6 < prior < 30e-6
+    eff = cal.fits[("decode", "sdpa-efficient")]
+    one = fit_points(eff.points[:1], cal.roofs, prior)
+    assert one.params.t0_s == prior and any(n.startswith("t0: held at") for n in one.notes)
+    assert max(abs(h.error) for h in eff.held) < 0.1
 
 
 def test_missing_scipy_names_the_extra(monkeypatch):

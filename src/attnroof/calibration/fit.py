@@ -146,9 +146,10 @@ def fit_points(points: Sequence[Point], roofs: Roofs, t0_prior: float | None = N
         blocks, chosen = list(CAUSAL_BLOCKS), ["causal_block"]
     elif kind == ATTENTION and fused:
         notes.append(f"causal_block: fewer than 2 causal points; {DEFAULT_BLOCK} assumed")
-    known = splitkv.KNOWN.get(impl)
+    known = splitkv.KNOWN.get(impl) if roofs.sms else None
     if kind == DECODE and fused and known is not None:
         splits = [bool(known.splits)]
+        notes.append("split_kv: the implementation's own plan (query tiles and splits from its source)")
     elif kind == DECODE and fused:
         would = sum(1 for p in points if _would_split(p, roofs))
         if would >= 2:

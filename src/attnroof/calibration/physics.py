@@ -201,7 +201,7 @@ def features(
     cost = cost_of(kind, impl, shape, dt)
     in_l2 = roofs.l2_bytes is not None and float(cost.bytes) <= roofs.l2_bytes
     if kind == DECODE and impl not in UNFUSED:
-        return Features(_decode_kernels(impl, shape, cost, roofs, split_kv), int(shape["d"]), in_l2)
+        return Features(decode_kernels(impl, shape, cost, roofs, split_kv), int(shape["d"]), in_l2)
     factor = 1.0
     if kind == LINEAR:
         units = math.ceil(shape["n"] / GEMM_TILE) * math.ceil(shape["m"] / GEMM_TILE)
@@ -225,7 +225,7 @@ def call_features(
     return features(kind, impl, shape, dt, roofs, p.causal_block, p.split_kv)
 
 
-def _decode_kernels(
+def decode_kernels(
     impl: str, shape: Mapping[str, Any], cost: Cost, roofs: Roofs, split_kv: bool
 ) -> tuple[Kernel, ...]:
     """A fused decode call: its kernel on whole query tiles, writing float32 partials when it

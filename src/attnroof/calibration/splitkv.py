@@ -93,6 +93,8 @@ class Plan:
 def plan(impl: str, s: int, d: int, units: int, group: int, sms: int | None, split_kv: bool) -> Plan:
     """The rows and splits of a fused decode call: ``units`` = batch × KV heads, ``group``
     query heads on each; ``split_kv`` applies where the implementation's choice is not known.
+    The kernels of :data:`KNOWN` are CUDA kernels: on a device with no SM count (a CPU) nothing
+    is assumed of them.
 
     >>> plan("sdpa-flash", 16384, 128, 8 * 32, 1, 132, False)   # 256 tiles: one split, 128 rows
     Plan(rows=128, splits=1)
@@ -100,8 +102,10 @@ def plan(impl: str, s: int, d: int, units: int, group: int, sms: int | None, spl
     Plan(rows=64, splits=4)
     >>> plan("sdpa-cudnn", 16384, 128, 8 * 8, 4, 132, True)     # unknown kernels: no padding
     Plan(rows=4, splits=4)
+    >>> plan("sdpa-flash", 16384, 128, 8 * 8, 4, None, False)   # no SM count: a CPU
+    Plan(rows=4, splits=1)
     """
-    traits = KNOWN.get(impl, Traits())
+    traits = KNOWN.get(impl, Traits()) if sms else Traits()  # CUDA kernels: a GPU's SM count known
     split = traits.splits if traits.splits is not None else split_kv
     splits = 1
     if split and sms:
