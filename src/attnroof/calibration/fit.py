@@ -21,6 +21,10 @@ A parameter the data cannot pin down is **not fitted**, and the fit says why:
   4× of each other): the default ``p`` = 4;
 - ``l2_speedup`` without two points that fit in the L2 cache and two that do not;
 - ``causal_block`` without two causal points of a fused kernel (default 128);
+- ``split_kv`` (fused decode, where the implementation's kernels are not known) without two
+  points that a split-KV kernel would split (default: no split);
+- ``t0`` of a fit with too few points: held at ``t0_prior`` (s), the median fixed cost of the
+  device's other fits of the kind (:func:`t0_prior`), else 0;
 - with no more points than free parameters, the last ones of :data:`DROP_LAST` are held until
   there are fewer (two points: ``t0`` and ``eta_memory``; one: ``eta_memory`` alone).
 """

@@ -7,7 +7,11 @@ For each stage (kernel) of the cost that the implementation really runs::
 - ``t0`` (s): the fixed cost of one kernel call (launch, host dispatch, prologue);
 - ``W``: the FLOPs the kernel really does: a causal fused kernel computes **whole diagonal
   tiles** of ``block`` × ``block`` scores (``(nb + 1)/(2·nb)`` of the square, not ½), and work is
-  rounded up to **full waves** over the device's SM count where it is known;
+  rounded up to **full waves** over the device's SM count where it is known; fused decode
+  computes **whole query tiles** (FlashAttention 2: 128 rows per KV head, 64 when it splits the
+  cache, for a group of 1 to 8 query heads) and, split, writes float32 partials that a second
+  kernel combines (:mod:`attnroof.calibration.splitkv`; ``split_kv``, a fitted yes/no where the
+  implementation's kernels are not known);
 - ``η_c``: compute efficiency, a fraction of the measured matmul peak ``P``; for attention it
   depends on the head dimension (one value per head dimension seen, log-interpolated between
   them, held at the nearest outside);
