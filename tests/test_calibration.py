@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from attnroof import calibration
-from attnroof.calibration.fit import Point, fit_points, leave_one_shape_out, summary
+from attnroof.calibration.fit import Point, fit_points, leave_one_shape_out, summary, t0_prior
 from attnroof.calibration.forecast import forecast, select
-from attnroof.calibration.physics import Params, Roofs, diagonal_factor, features, predict, smooth_max
+from attnroof.calibration.physics import (
+    Params,
+    Roofs,
+    call_features,
+    diagonal_factor,
+    features,
+    predict,
+    smooth_max,
+)
 from attnroof.devices import get_device
 from attnroof.errors import InputError, MissingExtra
 from attnroof.measure.schema import parse_results
@@ -27,7 +35,7 @@ ROOFS = Roofs(800e12, 4e12, sms=132, l2_bytes=60e6)
 
 def _truth(**kw):
     base = dict(
-        t0_s=8e-6, eta_compute={0: 0.8}, eta_memory=0.7, eta_pass=0.7, sharpness=4.0, l2_speedup=1.0,
+        t0_s=8e-6, eta_compute={0: 0.8}, eta_memory=0.7, eta_pass={0: 0.7}, sharpness=4.0, l2_speedup=1.0,
         causal_block=128,
     )  # fmt: skip
     base.update(kw)
@@ -41,7 +49,7 @@ def _synthetic(kind, impl, shapes, params, roofs=ROOFS):
             impl,
             sh,
             "bf16",
-            predict(features(kind, impl, sh, "bf16", roofs, params.causal_block), params, roofs),
+            predict(call_features(kind, impl, sh, "bf16", roofs, params), params, roofs),
         )
         for sh in shapes
     ]
@@ -63,6 +71,44 @@ def test_predict_linear_by_hand():
     f = features("linear", "linear", {"n": 1024, "k": 8192, "m": 8192}, "bf16", ROOFS, 128)
     work = 2 * 1024 * 8192 * 8192 * (528 / 512)
     assert predict(f, p, ROOFS) == pytest.approx(8e-6 + work / (0.8 * 800e12))
+
+
+def test_eager_passes_by_hand():
+    # causal eager, s = 512, d = 64, 1 head: S is 512² bf16 = 524288 B. The mask pass reads S and
+    # the bool mask and writes S (2.5 × 524288 B) at η_mask; the softmax reads S, writes P
+    # (2 × 524288 B) at η_pass of its row length 512 (halfway in log between 256 and 1024)
+    p = _truth(t0_s=0.0, eta_pass={256: 0.4, 1024: 0.9}, eta_mask=0.25, sharpness=math.inf)
+    shape = {"s": 512, "d": 64, "batch": 1, "heads": 1, "group": 1, "causal": True}
+    f = features("attention", "eager", shape, "bf16", ROOFS, 128)
+    mask, softmax = f.kernels[1], f.kernels[2]
+    assert (mask.role, softmax.role, softmax.row) == ("mask", "pass", 512)
+    assert mask.bytes == 2.5 * 524288 and softmax.bytes == 2 * 524288
+    eta = math.sqrt(0.4 * 0.9)  # log-linear: 512 is halfway between 256 and 1024
+    assert p.eta_of(softmax) == pytest.approx(eta)
+    one = _truth(t0_s=0.0, sharpness=math.inf)
+    rest = predict(f, one, ROOFS) - (2.5 * 524288 + 2 * 524288) / (0.7 * 4e12)
+    assert predict(f, p, ROOFS) == pytest.approx(
+        rest + 2.5 * 524288 / (0.25 * 4e12) + 2 * 524288 / (eta * 4e12)
+    )
+
+
+def test_fused_decode_tiles_and_split_kv_by_hand():
+    # batch 8, 32 query heads in groups of 4: 64 KV heads, each one 64-row tile of FlashAttention's
+    # split-KV kernel. 64 tiles < 0.8 × 264 slots (2 per SM): split the 16384 keys (128 blocks of
+    # 128) 4 ways, 256 of 264 slots busy (97%). Work: 64 rows per KV head, not 4.
+    shape = {"s": 16384, "d": 128, "batch": 8, "heads": 32, "group": 4}
+    main, combine = features("decode", "sdpa-flash", shape, "bf16", ROOFS, 128).kernels
+    assert main.flops == 64 * 64 * 16384 * (4 * 128 + 5)
+    kv, qo = 2 * 64 * 16384 * 128 * 2, 2 * 256 * 128 * 2
+    partial = 4 * 256 * (128 + 1) * 4  # per split and query head: a float32 d-vector and its LSE
+    assert (main.bytes, combine.bytes, combine.flops) == (kv + qo + partial, partial, 0.0)
+    # group 1: 256 KV heads fill 0.8 × 264 slots, one split, the 128-row tile
+    (one,) = features("decode", "sdpa-flash", {**shape, "group": 1}, "bf16", ROOFS, 128).kernels
+    assert one.flops == 256 * 128 * 16384 * (4 * 128 + 5)
+    # an implementation whose kernels are not known: 4 rows of real work, split only if fitted so
+    (plain,) = features("decode", "sdpa-cudnn", shape, "bf16", ROOFS, 128).kernels
+    assert plain.flops == 64 * 4 * 16384 * (4 * 128 + 5) and plain.bytes == kv + qo
+    assert len(features("decode", "sdpa-cudnn", shape, "bf16", ROOFS, 128, split_kv=True).kernels) == 2
 
 
 # ---------------------------------------------------------------- the fit recovers what made the data
@@ -102,12 +148,49 @@ def test_parameters_the_data_cannot_pin_down_are_not_fitted_and_said_so():
     truth = _truth(t0_s=10e-6, eta_compute={128: 1.0}, eta_memory=0.9)
     shapes = [{"s": s, "d": 128, "batch": 8, "heads": 32, "group": g} for s in (1024, 16384) for g in (1, 4)]
     fit = fit_points(
-        _synthetic("decode", "sdpa-flash", shapes, truth, Roofs(800e12, 4e12)), Roofs(800e12, 4e12)
+        _synthetic("decode", "sdpa-cudnn", shapes, truth, Roofs(800e12, 4e12)), Roofs(800e12, 4e12)
     )
-    assert "eta_compute@128" not in fit.fitted  # decode never nears the ridge
+    assert "eta_compute@128" not in fit.fitted  # unpadded decode never nears the ridge
     assert any(n.startswith("eta_compute at d=128") for n in fit.notes)
     assert any(n.startswith("sharpness") for n in fit.notes)
+    assert any(n.startswith("split_kv: 0 point(s)") for n in fit.notes)  # no SM count: no plan
     assert fit.params.eta_memory == pytest.approx(0.9, rel=0.01)
+
+
+DECODE_SHAPES = [
+    {"s": s, "d": 128, "batch": b, "heads": 32, "group": g}
+    for s in (1024, 4096, 16384)
+    for g in (1, 4, 8)
+    for b in (2, 8)
+]
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_fit_recovers_whether_decode_splits_the_cache(split):
+    truth = _truth(t0_s=15e-6, eta_compute={128: 1.0}, eta_memory=0.9, split_kv=split)
+    fit = fit_points(_synthetic("decode", "sdpa-cudnn", DECODE_SHAPES, truth), ROOFS)
+    assert fit.params.split_kv is split and "split_kv" in fit.fitted
+    assert fit.params.t0_s == pytest.approx(15e-6, rel=0.02)
+
+
+def test_few_points_hold_the_finer_parameters_first():
+    # padded flash decode nears the ridge: with 4 points of 5 free parameters, p and L2× are held
+    truth = _truth(t0_s=15e-6, eta_compute={128: 0.5}, eta_memory=0.9, sharpness=4.0)
+    fit = fit_points(_synthetic("decode", "sdpa-flash", DECODE_SHAPES[9:13], truth), ROOFS)
+    assert fit.fitted[:3] == ["t0_s", "eta_memory", "eta_compute@128"]
+    assert any(n.startswith("4 point(s): only t0_s, eta_memory, eta_compute@128") for n in fit.notes)
+
+
+def test_a_thin_fit_holds_the_devices_fixed_cost(reference):
+    # SDPA's efficient kernel decodes group 1 only: 2 shapes, so each held-out fit has one point
+    # and holds t0 at the median of the other decode fits' (flash, cuDNN, eager)
+    (cal,) = reference
+    prior = t0_prior([cal.fits[("decode", i)].fit for i in ("sdpa-flash", "sdpa-cudnn", "eager-gqa")])
+    assert 10e-6 < prior < 30e-6
+    eff = cal.fits[("decode", "sdpa-efficient")]
+    one = fit_points(eff.points[:1], cal.roofs, prior)
+    assert one.params.t0_s == prior and any(n.startswith("t0: held at") for n in one.notes)
+    assert max(abs(h.error) for h in eff.held) < 0.1
 
 
 def test_missing_scipy_names_the_extra(monkeypatch):
@@ -139,9 +222,11 @@ def test_reference_calibration_errors_as_reported(reference):
     }
     pooled = cal.pooled()
     assert pooled["n"] == 75  # 48 prefill + 20 decode + 7 linear shapes
-    # what the README reports (benchmarks/calibration.py): pooled median 5.6%, p90 34.3%
-    assert pooled["median"] == pytest.approx(0.056, abs=0.005)
-    assert pooled["p90"] == pytest.approx(0.343, abs=0.01)
+    # what the README reports (benchmarks/calibration.py): pooled median 3.1%, p90 21.2%, within
+    # the issue's targets (8%, 25%)
+    assert pooled["median"] == pytest.approx(0.031, abs=0.005)
+    assert pooled["p90"] == pytest.approx(0.212, abs=0.01)
+    assert pooled["median"] <= 0.08 and pooled["p90"] <= 0.25
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert (
         f"| **pooled** | all modelled | 75 | {100 * pooled['median']:.1f}% | {100 * pooled['p90']:.1f}% |"

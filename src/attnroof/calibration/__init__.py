@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnroof import outfile
-from attnroof.calibration.fit import Fit, Held, Point, fit_points, leave_one_shape_out, summary
+from attnroof.calibration.fit import (
+    PRIOR_SHAPES,
+    Fit,
+    Held,
+    Point,
+    fit_points,
+    leave_one_shape_out,
+    summary,
+    t0_prior,
+)
 from attnroof.calibration.physics import (
     KINDS,
     L2_BYTES,
@@ -29,7 +38,7 @@ from attnroof.calibration.physics import (
     SM_COUNT,
     Params,
     Roofs,
-    features,
+    call_features,
     predict,
 )
 from attnroof.devices import Device, catalog
@@ -69,12 +78,14 @@ class ImplFit:
             "points": len(self.points) or len(self.held),
             "params": {
                 "t0_s": p.t0_s,
-                "eta_compute": {str(d) if d else "any": v for d, v in p.eta_compute.items()},
+                "eta_compute": _keyed(p.eta_compute),
                 "eta_memory": p.eta_memory,
-                "eta_pass": p.eta_pass,
+                "eta_pass": _keyed(p.eta_pass),
+                "eta_mask": p.eta_mask,
                 "sharpness": p.sharpness,
                 "l2_speedup": p.l2_speedup,
                 "causal_block": p.causal_block,
+                "split_kv": p.split_kv,
             },
             "fitted": self.fit.fitted,
             "not_fitted": self.fit.notes,
@@ -86,6 +97,18 @@ class ImplFit:
                 for h in self.held
             ],
         }
+
+
+def _keyed(table: Mapping[int, float]) -> dict[str, float]:
+    """A table by head dimension or row length for JSON: key 0 (one value for all) as "any"."""
+    return {str(k) if k else "any": v for k, v in table.items()}
+
+
+def _unkeyed(table: Any) -> dict[int, float]:
+    """:func:`_keyed` read back; a plain number (an older file's single η_pass) is key 0."""
+    if not isinstance(table, Mapping):
+        return {0: float(table)}
+    return {0 if k == "any" else int(k): float(v) for k, v in table.items()}
 
 
 @dataclass
@@ -150,6 +173,7 @@ def _calibrate_one(
             groups.setdefault((r["kind"], r["impl"]), []).append(
                 Point(r["kind"], r["impl"], r["shape"], dt, float(r["time_s"]))
             )
+    todo = []
     for (kind, impl), pts in sorted(groups.items()):
         shapes = len({p.shape_key for p in pts})
         if impl in NOT_MODELLED:
@@ -159,11 +183,21 @@ def _calibrate_one(
         elif shapes < MIN_POINTS:
             cal.skipped.append({"kind": kind, "impl": impl, "reason": f"{shapes} shape(s): too few to fit"})
         else:
-            fit = fit_points(pts, cal.roofs)
-            feats = [features(kind, impl, p.shape, dt, cal.roofs, fit.params.causal_block) for p in pts]
-            ins = [predict(f, fit.params, cal.roofs) / p.time_s - 1 for f, p in zip(feats, pts, strict=True)]
-            cal.fits[(kind, impl)] = ImplFit(kind, impl, fit, pts, ins, leave_one_shape_out(pts, cal.roofs))
+            todo.append((kind, impl, pts, shapes >= PRIOR_SHAPES))
+    fits = {(k, i): _impl_fit(k, i, pts, cal.roofs, None) for k, i, pts, thick in todo if thick}
+    for kind, impl, pts, thick in todo:
+        if not thick:
+            prior = t0_prior([f.fit for (k, _), f in fits.items() if k == kind])
+            fits[(kind, impl)] = _impl_fit(kind, impl, pts, cal.roofs, prior)
+    cal.fits = {key: fits[key] for key in sorted(fits)}
     return cal
+
+
+def _impl_fit(kind: str, impl: str, pts: list[Point], roofs: Roofs, prior: float | None) -> ImplFit:
+    fit = fit_points(pts, roofs, prior)
+    feats = [call_features(kind, impl, p.shape, p.dtype, roofs, fit.params) for p in pts]
+    ins = [predict(f, fit.params, roofs) / p.time_s - 1 for f, p in zip(feats, pts, strict=True)]
+    return ImplFit(kind, impl, fit, pts, ins, leave_one_shape_out(pts, roofs, prior))
 
 
 def match_catalog(device_string: str) -> str | None:
@@ -256,14 +290,19 @@ def _from_json(c: Mapping[str, Any]) -> Calibration:
         p = f["params"]
         params = Params(
             t0_s=float(p["t0_s"]),
-            eta_compute={0 if k == "any" else int(k): float(v) for k, v in p["eta_compute"].items()},
+            eta_compute=_unkeyed(p["eta_compute"]),
             eta_memory=float(p["eta_memory"]),
-            eta_pass=float(p["eta_pass"]),
+            eta_pass=_unkeyed(p["eta_pass"]),
             sharpness=float(p["sharpness"]),
             l2_speedup=float(p["l2_speedup"]),
             causal_block=int(p["causal_block"]),
+            split_kv=bool(p.get("split_kv", False)),
+            eta_mask=None if p.get("eta_mask") is None else float(p["eta_mask"]),
         )
-        if min(params.eta_memory, params.eta_pass, *params.eta_compute.values()) <= 0 or params.t0_s < 0:
+        etas = [params.eta_memory, *params.eta_pass.values(), *params.eta_compute.values()]
+        if params.eta_mask is not None:
+            etas.append(params.eta_mask)
+        if min(etas) <= 0 or params.t0_s < 0:
             raise ValueError(f"{f['impl']}: efficiencies must be positive and t0 non-negative")
         held = [
             Held(

@@ -12,16 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.calibration import Calibration, ImplFit
+from attnroof.calibration.fit import LAUNCH_VISIBLE_S
 from attnroof.calibration.physics import (
     ATTENTION,
     DECODE,
     LINEAR,
-    PASS_STAGES,
+    UNFUSED,
     Features,
     Kernel,
+    call_features,
+    decode_kernels,
     diagonal_factor,
-    features,
     predict,
+    stage_role,
 )
 from attnroof.cost import Cost
 from attnroof.devices import Device
@@ -83,7 +86,7 @@ def forecast(
     out = []
     for name in ran:
         fit = cal.fits[(kind, name)]
-        f = features(kind, name, shape, cal.dtype, cal.roofs, fit.fit.params.causal_block)
+        f = call_features(kind, name, shape, cal.dtype, cal.roofs, fit.fit.params)
         out.append(_band(fit, predict(f, fit.fit.params, cal.roofs)))
     return sorted(out, key=lambda fc: fc.time_s)
 
@@ -124,22 +127,27 @@ class OpForecast:
 
 
 def step_forecast(
-    cal: Calibration, ops: Sequence[Any], *, phase: str, context: int, head_dim: int, impl: str | None
+    cal: Calibration,
+    ops: Sequence[Any],
+    *,
+    phase: str,
+    context: int,
+    head_dim: int,
+    impl: str | None,
+    decode_shape: Mapping[str, int] | None = None,
 ) -> list[OpForecast]:
     """Expected time of each operator of a step (``model_ops``' list): GEMMs by the linear fit,
     attention by the implementation's fit (``impl``, or the fastest calibrated), memory-bound
-    passes at the calibrated pass bandwidth with a per-kernel launch cost."""
+    passes at the calibrated pass bandwidth with a per-kernel launch cost. ``decode_shape``
+    (``batch``, ``heads``, ``group``) lets fused decode be planned as it was fitted: whole query
+    tiles and the split-KV plan (:mod:`attnroof.calibration.splitkv`)."""
     kind = ATTENTION if phase == "prefill" else DECODE
+    shape = {"s": context, "d": head_dim, **decode_shape} if decode_shape else None
     out = []
     for op in ops:
         if op.operator == "attention":
-            fit = _attention_fit(cal, kind, impl, op.cost, context, head_dim)
-            f = _cost_features(op.cost, head_dim)
-            if kind == ATTENTION and fit.impl not in ("eager", "sdpa-math"):
-                factor = diagonal_factor(context, fit.fit.params.causal_block)
-                f = Features(
-                    tuple(Kernel(k.flops * factor, k.bytes, k.is_pass) for k in f.kernels), f.d, False
-                )
+            fit = _attention_fit(cal, kind, impl, op.cost, shape or {"s": context, "d": head_dim})
+            f = _op_features(cal, fit, op.cost, shape or {"s": context, "d": head_dim})
             fc = _band(fit, predict(f, fit.fit.params, cal.roofs))
             out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, f"{kind} {fit.impl}"))
         elif op.operator in ("linear", "experts") and (LINEAR, "linear") in cal.fits:
@@ -160,7 +168,7 @@ def step_forecast(
 
 
 def _attention_fit(
-    cal: Calibration, kind: str, impl: str | None, cost: Cost, context: int, head_dim: int
+    cal: Calibration, kind: str, impl: str | None, cost: Cost, shape: Mapping[str, int]
 ) -> ImplFit:
     names = cal.impls(kind)
     if impl is not None and impl not in names:
@@ -172,29 +180,45 @@ def _attention_fit(
         raise InputError(f"the calibration has no {kind} implementation", param="calibration")
     if impl is not None:
         return cal.fits[(kind, impl)]
-    f = _cost_features(cost, head_dim)
-    return min((cal.fits[(kind, n)] for n in names), key=lambda fit: predict(f, fit.fit.params, cal.roofs))
-
-
-def _cost_features(cost: Cost, d: int) -> Features:
-    return Features(
-        tuple(Kernel(float(s.flops), float(s.bytes), s.name in PASS_STAGES) for s in cost.stages), d, False
+    return min(
+        (cal.fits[(kind, n)] for n in names),
+        key=lambda fit: predict(_op_features(cal, fit, cost, shape), fit.fit.params, cal.roofs),
     )
 
 
-LAUNCH_VISIBLE_S = 1e-6
-"""A fitted ``t0`` below this is a fit to large calls, where the fixed cost cannot be seen."""
+def _op_features(cal: Calibration, fit: ImplFit, cost: Cost, shape: Mapping[str, int]) -> Features:
+    """A model operator's kernels as ``fit`` models them: whole causal diagonal tiles for fused
+    prefill; for fused decode with its batch, heads and group known, whole query tiles and the
+    split-KV plan."""
+    p, d = fit.fit.params, shape["d"]
+    f = _cost_features(cost, d, shape["s"])
+    if fit.impl in UNFUSED:
+        return f
+    if fit.kind == ATTENTION:
+        factor = diagonal_factor(shape["s"], p.causal_block)
+        return Features(tuple(Kernel(k.flops * factor, k.bytes, k.role, k.row) for k in f.kernels), d, False)
+    if "batch" in shape and len(cost.stages) == 1:
+        return Features(decode_kernels(fit.impl, shape, cost, cal.roofs, p.split_kv), d, False)
+    return f
+
+
+def _cost_features(cost: Cost, d: int, row: int = 0) -> Features:
+    """The kernels of a model operator's cost; ``row``: its softmax rows' length (the keys)."""
+    return Features(
+        tuple(Kernel(float(s.flops), float(s.bytes), stage_role(s.name), row) for s in cost.stages), d, False
+    )
 
 
 def memory_pass_params(cal: Calibration) -> tuple[float, float]:
     """(launch cost in s, bandwidth in B/s) of an element-wise pass: the eager softmax's pass
-    efficiency where eager attention was calibrated, else the measured bandwidth; the smallest
+    efficiency where eager attention was calibrated (its best over the row lengths fitted: an
+    element-wise pass has no row reduction to slow it), else the measured bandwidth; the smallest
     fixed cost per kernel among the fits that could see one (short calls: decode, small GEMMs),
     as a kernel's launch cost."""
     seen = [f.fit.params.t0_s for f in cal.fits.values() if f.fit.params.t0_s >= LAUNCH_VISIBLE_S]
     t0 = min(seen, default=0.0)
     eager = cal.fits.get((ATTENTION, "eager"))
-    eta = eager.fit.params.eta_pass if eager is not None else 1.0
+    eta = max(eager.fit.params.eta_pass.values()) if eager is not None else 1.0
     return t0, eta * cal.roofs.bandwidth_bytes_per_s
 
 

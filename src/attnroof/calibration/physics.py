@@ -7,13 +7,20 @@ For each stage (kernel) of the cost that the implementation really runs::
 - ``t0`` (s): the fixed cost of one kernel call (launch, host dispatch, prologue);
 - ``W``: the FLOPs the kernel really does: a causal fused kernel computes **whole diagonal
   tiles** of ``block`` × ``block`` scores (``(nb + 1)/(2·nb)`` of the square, not ½), and work is
-  rounded up to **full waves** over the device's SM count where it is known;
+  rounded up to **full waves** over the device's SM count where it is known; fused decode
+  computes **whole query tiles** (FlashAttention 2: 128 rows per KV head, 64 when it splits the
+  cache, for a group of 1 to 8 query heads) and, split, writes float32 partials that a second
+  kernel combines (:mod:`attnroof.calibration.splitkv`; ``split_kv``, a fitted yes/no where the
+  implementation's kernels are not known);
 - ``η_c``: compute efficiency, a fraction of the measured matmul peak ``P``; for attention it
   depends on the head dimension (one value per head dimension seen, log-interpolated between
   them, held at the nearest outside);
 - ``η``: memory efficiency, a fraction of the measured copy bandwidth ``BW`` — ``η_m`` for the
-  kernel's own traffic and ``η_pass`` for the element-wise passes (softmax, mask) of unfused
-  implementations; a case whose bytes fit in the L2 cache (timed without flushing it) reads
+  kernel's own traffic; for the element-wise passes of unfused implementations ``η_pass`` for
+  the softmax, one value per softmax row length (the keys, ``s``) seen and log-interpolated like
+  ``η_c`` (a row reduction's efficiency depends on how long its rows are), and ``η_mask`` for
+  the causal mask pass (``masked_fill`` of a broadcast boolean mask: no reduction, its own
+  efficiency); a case whose bytes fit in the L2 cache (timed without flushing it) reads
   ``l2_speedup`` times faster;
 - ``smax(a, b) = (aᵖ + bᵖ)^(1/p)``: a smooth maximum; ``p`` (``sharpness``) → ∞ is the plain max.
 
@@ -28,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from attnroof.calibration import splitkv
 from attnroof.cost import Cost
 from attnroof.dtypes import dtype
 from attnroof.ops import attention, decode, linear
@@ -46,6 +54,8 @@ passes (about 16 bytes per score where the model counts 8). They are not calibra
 
 PASS_STAGES = frozenset({"softmax", "mask"})
 """Element-wise passes of unfused attention: memory-bound at their own efficiency."""
+KERNEL, PASS, MASK = "kernel", "pass", "mask"
+"""A kernel's role: its own traffic at ``η_m``, a softmax pass at ``η_pass``, the mask at ``η_mask``."""
 
 CAUSAL_BLOCKS = (64, 128, 256)
 """Tile sizes (query rows = key columns) tried for a causal fused kernel's diagonal tiles."""
@@ -69,22 +79,47 @@ class Params:
     eta_compute: Mapping[int, float]
     """Compute efficiency per head dimension (one entry, key 0, for a GEMM)."""
     eta_memory: float
-    eta_pass: float
+    eta_pass: Mapping[int, float]
+    """Softmax pass efficiency per softmax row length (keys; one entry, key 0, for all)."""
     sharpness: float
     l2_speedup: float
     causal_block: int
+    eta_mask: float | None = None
+    """Mask pass efficiency; ``None``: the softmax's at the same row length."""
+    split_kv: bool = False
+    """Fused decode splits the cache over thread blocks (where the implementation's own choice
+    is not known: :mod:`attnroof.calibration.splitkv`)."""
 
     def eta_c(self, d: int) -> float:
         """η_c at head dimension ``d``: log-linear between the head dimensions fitted."""
-        keys = sorted(self.eta_compute)
-        if len(keys) == 1 or d <= keys[0]:
-            return self.eta_compute[keys[0]]
-        if d >= keys[-1]:
-            return self.eta_compute[keys[-1]]
-        hi = next(k for k in keys if k >= d)
-        lo = max(k for k in keys if k < d)
-        w = math.log(d / lo) / math.log(hi / lo)
-        return math.exp((1 - w) * math.log(self.eta_compute[lo]) + w * math.log(self.eta_compute[hi]))
+        return log_interp(self.eta_compute, d)
+
+    def eta_p(self, row: int) -> float:
+        """η_pass at softmax row length ``row``: log-linear between the row lengths fitted."""
+        return log_interp(self.eta_pass, row)
+
+    def eta_of(self, k: Kernel) -> float:
+        """The memory efficiency of kernel ``k`` by its role."""
+        if k.role == MASK and self.eta_mask is not None:
+            return self.eta_mask
+        return self.eta_memory if k.role == KERNEL else self.eta_p(k.row)
+
+
+def log_interp(table: Mapping[int, float], x: int) -> float:
+    """``table`` at ``x``: log-linear in both between its keys, the nearest key's value outside.
+
+    >>> log_interp({64: 0.4, 256: 0.8}, 128)      # halfway in log: √(0.4 · 0.8)
+    0.565685424949238
+    """
+    keys = sorted(table)
+    if len(keys) == 1 or x <= keys[0]:
+        return table[keys[0]]
+    if x >= keys[-1]:
+        return table[keys[-1]]
+    hi = next(k for k in keys if k >= x)
+    lo = max(k for k in keys if k < x)
+    w = math.log(x / lo) / math.log(hi / lo)
+    return math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
 
 
 @dataclass(frozen=True)
@@ -139,11 +174,18 @@ def wave_factor(units: int, sms: int | None) -> float:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One stage as the model sees it: work, bytes, and what changes its efficiency."""
+    """One stage as the model sees it: work, bytes, and what changes its efficiency: its
+    ``role`` (:data:`KERNEL`, :data:`PASS`, :data:`MASK`) and, for a pass, its row length."""
 
     flops: float
     bytes: float
-    is_pass: bool
+    role: str = KERNEL
+    row: int = 0
+
+
+def stage_role(name: str) -> str:
+    """The role of a cost stage by its name: the softmax and mask passes, or a kernel."""
+    return MASK if name == "mask" else PASS if name in PASS_STAGES else KERNEL
 
 
 @dataclass(frozen=True)
@@ -155,9 +197,15 @@ class Features:
     in_l2: bool
 
 
-def features(kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, block: int) -> Features:
-    """The kernels of one call with the work they really do (diagonal tiles, full waves)."""
+def features(
+    kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, block: int, split_kv: bool = False
+) -> Features:
+    """The kernels of one call with the work they really do (diagonal tiles, full waves; for
+    fused decode, whole query tiles and the split-KV plan of :mod:`attnroof.calibration.splitkv`)."""
     cost = cost_of(kind, impl, shape, dt)
+    in_l2 = roofs.l2_bytes is not None and float(cost.bytes) <= roofs.l2_bytes
+    if kind == DECODE and impl not in UNFUSED:
+        return Features(decode_kernels(impl, shape, cost, roofs, split_kv), int(shape["d"]), in_l2)
     factor = 1.0
     if kind == LINEAR:
         units = math.ceil(shape["n"] / GEMM_TILE) * math.ceil(shape["m"] / GEMM_TILE)
@@ -167,11 +215,32 @@ def features(kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roo
         if shape["causal"]:
             factor = diagonal_factor(s, block)
         factor *= wave_factor(shape["batch"] * shape["heads"] * math.ceil(s / block), roofs.sms)
+    row = int(shape.get("s", 0))
     kernels = tuple(
-        Kernel(float(st.flops) * factor, float(st.bytes), st.name in PASS_STAGES) for st in cost.stages
+        Kernel(float(st.flops) * factor, float(st.bytes), stage_role(st.name), row) for st in cost.stages
     )
-    in_l2 = roofs.l2_bytes is not None and float(cost.bytes) <= roofs.l2_bytes
     return Features(kernels, int(shape.get("d", 0)), in_l2)
+
+
+def call_features(
+    kind: str, impl: str, shape: Mapping[str, Any], dt: str, roofs: Roofs, p: Params
+) -> Features:
+    """:func:`features` with the whole-number choices of fitted parameters ``p``."""
+    return features(kind, impl, shape, dt, roofs, p.causal_block, p.split_kv)
+
+
+def decode_kernels(
+    impl: str, shape: Mapping[str, Any], cost: Cost, roofs: Roofs, split_kv: bool
+) -> tuple[Kernel, ...]:
+    """A fused decode call: its kernel on whole query tiles, writing float32 partials when it
+    splits the cache, then the kernel that combines them."""
+    g = shape.get("group", 1)
+    units = shape["batch"] * shape["heads"] // g
+    pl = splitkv.plan(impl, shape["s"], shape["d"], units, g, roofs.sms, split_kv)
+    partial = float(splitkv.partial_bytes(pl, units, g, shape["d"]))
+    (st,) = cost.stages
+    main = Kernel(float(st.flops) * pl.rows / g, float(st.bytes) + partial)
+    return (main, Kernel(0.0, partial)) if pl.splits > 1 else (main,)
 
 
 def predict(f: Features, p: Params, roofs: Roofs) -> float:
@@ -180,9 +249,8 @@ def predict(f: Features, p: Params, roofs: Roofs) -> float:
     speed = p.l2_speedup if f.in_l2 else 1.0
     total = 0.0
     for k in f.kernels:
-        eta_m = p.eta_pass if k.is_pass else p.eta_memory
         a = k.flops / (eta_c * roofs.peak_flops_per_s)
-        b = k.bytes / (eta_m * speed * roofs.bandwidth_bytes_per_s)
+        b = k.bytes / (p.eta_of(k) * speed * roofs.bandwidth_bytes_per_s)
         total += p.t0_s + smooth_max(a, b, p.sharpness)
     return total
 

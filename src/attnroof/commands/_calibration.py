@@ -71,7 +71,13 @@ def step(args: argparse.Namespace, cal: Any, model: Any, prec: Any, fused: bool,
         latent_form=args.mla,
     )
     fcs = step_forecast(
-        cal, ops, phase=args.phase, context=args.context, head_dim=model.head_dim, impl=args.impl
+        cal,
+        ops,
+        phase=args.phase,
+        context=args.context,
+        head_dim=model.head_dim,
+        impl=args.impl,
+        decode_shape={"batch": args.batch, "heads": model.heads, "group": model.group},
     )
     total = sum(o.count * o.time_s for o in fcs)
     low = sum(o.count * o.low_s for o in fcs)

@@ -3,7 +3,7 @@ beside the bound."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from attnroof.calibration import Calibration, ImplFit
@@ -13,7 +13,7 @@ from attnroof.text.render import table
 from attnroof.units import duration
 
 FIT_HEADERS = [
-    "kind", "impl", "points", "t0", "η_c (per d)", "η_m", "η_pass", "L2×", "p", "block",
+    "kind", "impl", "points", "t0", "η_c (per d)", "η_m", "η_pass (per s)", "η_mask", "L2×", "p", "block / split",
     "in-sample med/p90", "held-out med/p90",
 ]  # fmt: skip
 
@@ -28,9 +28,26 @@ def _fitted(f: ImplFit, name: str, value: str) -> str:
     return value if any(n.startswith(name) for n in f.fit.fitted) else f"({value})"
 
 
+def _table(table: Mapping[int, float]) -> str:
+    """A table by head dimension or row length: "40%@64, 68%@128" (no key for one value)."""
+    return ", ".join(f"{render.pct(v)}" + (f"@{k}" if k else "") for k, v in sorted(table.items()))
+
+
+def _structure(f: ImplFit) -> str:
+    """The whole-number choice of a fused kernel: its causal block, or whether decode splits the
+    cache (in parentheses when not fitted)."""
+    if f.impl.startswith("eager"):
+        return "—"
+    if f.kind == "attention":
+        return _fitted(f, "causal_block", str(f.fit.params.causal_block))
+    if f.kind == "decode":
+        return _fitted(f, "split_kv", "split-KV" if f.fit.params.split_kv else "one pass")
+    return "—"
+
+
 def _row(f: ImplFit) -> list[Any]:
     j, p = f.to_json(), f.fit.params
-    etas = ", ".join(f"{render.pct(v)}" + (f"@{d}" if d else "") for d, v in sorted(p.eta_compute.items()))
+    etas = _table(p.eta_compute)
     return [
         f.kind,
         f.impl,
@@ -38,12 +55,11 @@ def _row(f: ImplFit) -> list[Any]:
         _fitted(f, "t0_s", duration(p.t0_s)),
         _fitted(f, "eta_compute", etas),
         _fitted(f, "eta_memory", render.pct(p.eta_memory)),
-        _fitted(f, "eta_pass", render.pct(p.eta_pass)) if f.impl.startswith("eager") else "—",
+        _fitted(f, "eta_pass", _table(p.eta_pass)) if f.impl.startswith("eager") else "—",
+        _fitted(f, "eta_mask", render.pct(p.eta_mask)) if p.eta_mask is not None else "—",
         _fitted(f, "l2_speedup", f"{p.l2_speedup:.3g}"),
         _fitted(f, "sharpness", f"{p.sharpness:.3g}"),
-        _fitted(f, "causal_block", str(p.causal_block))
-        if f.kind == "attention" and not f.impl.startswith("eager")
-        else "—",
+        _structure(f),
         _pair(j["in_sample_error"]),
         _pair(j["held_out_error"]),
     ]
@@ -60,7 +76,7 @@ def fit_text(cals: Sequence[Calibration], out_path: str | None) -> str:
             + (f", {c.roofs.sms} SMs" if c.roofs.sms else "")
             + (f", L2 {render.nbytes(c.roofs.l2_bytes)}" if c.roofs.l2_bytes else ""),
             "model: t = Σ_kernels [t0 + smax_p(W/(η_c·P), B/(η·BW))]; W with whole causal diagonal tiles"
-            " of 'block' and full waves over the SMs",
+            " of 'block', full waves over the SMs, and for fused decode whole query tiles and split-KV",
             "",
             table(FIT_HEADERS, [_row(f) for f in c.fits.values()]),
             "",
