@@ -81,24 +81,29 @@ def positive_int(text: str) -> int:
     return value
 
 
-def int_list(text: str) -> list[int]:
-    """A comma-separated list of sizes: ``512,1024,2048`` (or ``512..32768`` for powers of two)."""
+def doubling_list(text: str, one: Callable[[str], int], what: str) -> list[int]:
+    """A comma-separated list of values parsed by ``one``, or ``lo..hi``: doubling from ``lo``
+    while at most ``hi``. ``what`` names the values in the error for an empty list."""
     text = text.strip()
     if ".." in text:
         lo_text, hi_text = text.split("..", 1)
-        lo, hi = positive_int(lo_text), positive_int(hi_text)
+        lo, hi = one(lo_text), one(hi_text)
         if hi < lo:
             raise argparse.ArgumentTypeError(f"{text!r}: the range ends before it starts")
         out = []
-        v = lo
-        while v <= hi:
-            out.append(v)
-            v *= 2
+        while lo <= hi:
+            out.append(lo)
+            lo *= 2
         return out
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of positive integers")
-    return [positive_int(p) for p in parts]
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of {what}")
+    return [one(p) for p in parts]
+
+
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of sizes: ``512,1024,2048`` (or ``512..32768`` for powers of two)."""
+    return doubling_list(text, positive_int, "positive integers")
 
 
 def add_head_dim_arg(

@@ -7,7 +7,13 @@ import argparse
 import re
 from typing import Any
 
-from attnroof.commands._common import add_force_arg, add_head_dim_arg, add_json_arg, positive_int
+from attnroof.commands._common import (
+    add_force_arg,
+    add_head_dim_arg,
+    add_json_arg,
+    doubling_list,
+    positive_int,
+)
 
 DEFAULT_RESULTS = "results.jsonl"
 
@@ -145,20 +151,7 @@ def _byte_size(text: str) -> int:
 def byte_sizes(text: str) -> list[int]:
     """Message sizes in bytes: ``1K..256M`` (doubling from the first while at most the last) or
     a list ``4K,1M,64M``; K, M, G are powers of 1024 (nccl-tests' ``-b 8 -e 128M -f 2``)."""
-    if ".." in text:
-        lo_text, hi_text = text.split("..", 1)
-        lo, hi = _byte_size(lo_text), _byte_size(hi_text)
-        if hi < lo:
-            raise argparse.ArgumentTypeError(f"{text!r}: the range ends before it starts")
-        out = []
-        while lo <= hi:
-            out.append(lo)
-            lo *= 2
-        return out
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of sizes in bytes")
-    return [_byte_size(p) for p in parts]
+    return doubling_list(text, _byte_size, "sizes in bytes")
 
 
 def _squash(name: str) -> str:
