@@ -182,7 +182,8 @@ def test_sequence_parallel_swaps_each_all_reduce_for_rs_and_ag():
         (["--ep", "2"], "no experts"),
         (["--dp", "3"], "--batch 8"),
         (["--tp", "0"], "--tp"),
-        (["--tp", "2", "--phase", "train"], "not modelled"),
+        (["--zero", "1"], "--zero applies to --phase train only"),
+        (["--tp", "2", "--phase", "train", "--dp", "3"], "--batch 8"),
     ],
 )
 def test_bad_plans_are_one_line(flags, needle):

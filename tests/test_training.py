@@ -85,7 +85,9 @@ def test_recompute_orders_activation_memory():
 def test_full_recompute_keeps_each_layer_input_and_one_working_set():
     s, b, h, L, V = T, 1, 4096, 32, 128256
     parts = activation_bytes(LLAMA, b, s, 2, fused=True, recompute=FULL)
-    one_layer = activation_bytes(LLAMA, b, s, 2, fused=True, recompute=NONE)["per_layer"]
+    one_layer = activation_bytes(LLAMA, b, s, 2, fused=True, recompute=NONE)[
+        "kept_per_layer"
+    ]  # every Llama layer alike
     assert parts["kept_per_layer"] == 2 * s * b * h
     head = 2 * s * b * h * 2 + 2 * s * b * V  # final norm and LM head inputs, the logits
     assert parts["total"] == L * 2 * s * b * h + one_layer + head
@@ -112,7 +114,7 @@ def test_korthikanti_gpt_layer():
     korthikanti_selective = 34 * s * b * h
 
     def per_layer(fused: bool, recompute: str) -> int:
-        return activation_bytes(gpt, b, s, 2, fused=fused, recompute=recompute)["per_layer"]
+        return activation_bytes(gpt, b, s, 2, fused=fused, recompute=recompute)["kept_per_layer"]
 
     causal_p = a * s * s * b  # 2 bytes × half of s²
     assert per_layer(False, NONE) == 32 * s * b * h + causal_p

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
 from attnroof.devices import Device
@@ -13,6 +13,11 @@ from attnroof.devices.links import Links
 from attnroof.errors import InputError
 from attnroof.model.parallel import Plan
 from attnroof.model.spread import Spread, spread
+from attnroof.model.train_options import NONE
+from attnroof.model.train_spread import train_spread
+
+if TYPE_CHECKING:
+    from attnroof.model.training_memory import TrainPrecision
 
 MAX_FIT_DEVICES = 4096
 """``--fit`` searches device counts (powers of two) up to this many."""
@@ -56,7 +61,7 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "fit", "sweep_tp")
+    flags = ("tp", "pp", "ep", "dp", "fit", "sweep_tp", "zero")
     return any(getattr(args, f) not in (None, False) for f in flags) or args.sp or args.overlap
 
 
@@ -65,7 +70,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     dp = args.dp if args.dp is not None else ep
     return Plan(
         tp=args.tp or 1, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
-        overlap=args.overlap,
+        overlap=args.overlap, zero=args.zero or 0,
     )  # fmt: skip
 
 
@@ -84,10 +89,6 @@ def links_of(args: argparse.Namespace, dev: Device) -> Links:
 def run_parallel(job: Any) -> int:
     """Dispatch ``model`` with parallel flags: one plan, a TP sweep or the smallest fit."""
     args = job.args
-    if args.phase == "train":
-        raise InputError(
-            "--tp/--pp/--ep/--dp with --phase train is not modelled yet; analyse prefill or decode"
-        )
     if getattr(args, "calibration", None):
         raise InputError(
             "--calibration forecasts one device's kernels; it cannot be combined with the parallel flags yet",
@@ -101,6 +102,11 @@ def run_parallel(job: Any) -> int:
     plan = plan_of(args)
 
     def run(p: Plan) -> Spread:
+        if args.phase == "train":
+            return train_spread(
+                job.model, args.batch, args.context, job.roof, links, p, _train_prec(job),
+                capacity_bytes=job.device.capacity_bytes, fused=job.fused, recompute=args.recompute or NONE,
+            )  # fmt: skip
         return spread(
             job.model, args.phase, args.batch, args.context, job.roof, links, p, job.prec,
             capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
@@ -114,15 +120,46 @@ def run_parallel(job: Any) -> int:
     return _emit(job, run(plan), links)
 
 
-def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
+def _train_prec(job: Any) -> TrainPrecision:
+    from attnroof.commands._train import train_precision
+
+    return train_precision(job.args, job.dt, job.wdt)[0]
+
+
+def _whole_memory(job: Any) -> dict[str, Any]:
+    """The whole model's memory on one device, as the single-device answer gives it."""
+    a = job.args
+    if a.phase == "train":
+        from attnroof.model.training_memory import train_memory
+
+        return train_memory(
+            job.model, a.batch, a.context, _train_prec(job), job.device.capacity_bytes,
+            fused=job.fused, recompute=a.recompute or NONE,
+        ).to_json()  # fmt: skip
     from attnroof.model.analysis import analyse
 
-    whole = analyse(
-        job.model, job.args.phase, job.args.batch, job.args.context, job.roof, job.prec,
+    return analyse(
+        job.model, a.phase, a.batch, a.context, job.roof, job.prec,
         capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
     ).memory.to_json()  # fmt: skip
+
+
+def totals_of(job: Any, s: Spread) -> dict[str, Any]:
+    """The step's totals: a training step's with its passes, model FLOPs and MFU."""
+    if s.phase != "train":
+        return s.totals()
+    from attnroof.model.train_spread import train_totals
+
+    return train_totals(s, job.model, job.args.context, job.roof.peak_flops_per_s)
+
+
+def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
+    whole = _whole_memory(job)
     slow = s.slowest
     per = s.busiest_memory.to_json()
+    per_step = s.plan.dp * (
+        s.plan.microbatches if s.phase == "train" else 1
+    )  # a stage's batch is per replica
     whole.update(
         capacity_bytes=None
         if job.device.capacity_bytes is None
@@ -130,14 +167,17 @@ def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
         fits=s.fits,
         max_batch=None
         if per["max_batch"] is None
-        else min(st.memory.max_batch or 0 for st in s.stages) * s.plan.dp,
+        else min(st.memory.max_batch or 0 for st in s.stages) * per_step,
         max_context=per["max_context"],
         per_device=per,
     )
+    ops = [o.to_json() for o in slow.ops]
+    if slow.passes:
+        ops = [{"pass": p, **o} for o, p in zip(ops, slow.passes, strict=True)]
     return {
         "parallel": s.plan.to_json(),
         "links": links.to_json(),
-        "ops": [o.to_json() for o in slow.ops] + [c.to_json() for c in slow.comms],
+        "ops": ops + [c.to_json() for c in slow.comms + slow.step_comms],
         "layer_kinds": slow.kinds(),
         "stages": [
             {
@@ -150,29 +190,27 @@ def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
             }
             for st in s.stages
         ],
-        "totals": s.totals(),
+        "totals": totals_of(job, s),
         "memory": whole,
     }
 
 
-def _stage_json(st: Any) -> dict[str, Any]:
-    return {
-        "layers": [st.first, st.stop],
-        "time_s": st.time_s,
-        "compute_time_s": st.compute_time_s,
-        "comm_time_s": st.comm_time_s,
-        "fits": st.memory.fits,
-        "total_bytes": st.memory.total_bytes,
-    }
+def head_of(job: Any) -> dict[str, Any]:
+    """The JSON fields that say which step this is."""
+    if job.args.phase == "train":
+        from attnroof.commands._train import train_head
+
+        return train_head(job.model, job.args, job.device, job.roof, job.dt, job.wdt)
+    return {**job.json_head(), "batch": job.args.batch}
 
 
 def _emit(job: Any, s: Spread, links: Links) -> int:
     if job.args.json:
-        emit_json({**job.json_head(), "batch": job.args.batch, **spread_json(job, s, links)})
+        emit_json({**head_of(job), **spread_json(job, s, links)})
         return 0
     from attnroof.text.parallel import spread_text
 
-    print(spread_text(job.setting, s, links))
+    print(spread_text(job.setting, s, links, text_setting(job)))
     return 0
 
 
@@ -181,13 +219,13 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
     summary = sweep_summary(runs)
     if job.args.json:
-        rows = [{"parallel": r.plan.to_json(), "totals": r.totals(), "fits": r.fits,
+        rows = [{"parallel": r.plan.to_json(), "totals": totals_of(job, r), "fits": r.fits,
                  "memory_per_device": r.busiest_memory.to_json()} for r in runs]  # fmt: skip
-        emit_json({**job.json_head(), "batch": job.args.batch, "rows": rows, **summary})
+        emit_json({**head_of(job), "rows": rows, **summary})
         return 0
     from attnroof.text.parallel import sweep_text
 
-    print(sweep_text(job.setting, runs, summary))
+    print(sweep_text(job.setting, runs, summary, text_setting(job)))
     return 0
 
 
@@ -212,13 +250,13 @@ def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
         if fits:
             best = min(fits, key=lambda s: s.time_s)
             if job.args.json:
-                emit_json({**job.json_head(), "batch": job.args.batch, "fit": {"devices": n, "tried": [
+                emit_json({**head_of(job), "fit": {"devices": n, "tried": [
                     {"parallel": s.plan.to_json(), "fits": s.fits, "time_s": s.time_s} for s in tried
                 ]}, **spread_json(job, best, links)})  # fmt: skip
                 return 0
             from attnroof.text.parallel import fit_text
 
-            print(fit_text(job.setting, best, tried, links))
+            print(fit_text(job.setting, best, tried, links, text_setting(job)))
             return 0
         n *= 2
     raise InputError(f"{model.name} does not fit on {MAX_FIT_DEVICES} devices at --batch {job.args.batch}")
@@ -230,3 +268,12 @@ def _powers(limit: int) -> list[int]:
         out.append(p)
         p *= 2
     return out
+
+
+def text_setting(job: Any) -> list[str] | None:
+    """A training step's first lines (its own header); None for prefill and decode."""
+    if job.args.phase != "train":
+        return None
+    from attnroof.commands._train import train_header
+
+    return train_header(job.model, job.args, job.device, job.roof, job.dt, job.wdt)

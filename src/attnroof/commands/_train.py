@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.commands._common import emit_json, require
 from attnroof.devices import Device
@@ -11,8 +11,12 @@ from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig
 from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE
 from attnroof.roofline import Roof
+from attnroof.text import render
 
-TRAIN_ONLY = ("recompute", "optimizer", "grad_dtype", "master_dtype")
+if TYPE_CHECKING:
+    from attnroof.model.training_memory import TrainPrecision
+
+TRAIN_ONLY = ("recompute", "optimizer", "grad_dtype", "master_dtype", "zero")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
@@ -31,6 +35,14 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--master-dtype", metavar="DTYPE", help="dtype of the master copy and states (default fp32)"
     )
+    g.add_argument(
+        "--zero",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=None,
+        help="ZeRO stage over the --dp replicas: 1 shards the optimizer state, 2 the gradients "
+        "too, 3 the weights too (default 0)",
+    )
 
 
 def check_train_flags(args: argparse.Namespace) -> None:
@@ -43,15 +55,56 @@ def check_train_flags(args: argparse.Namespace) -> None:
     require(args.kv_dtype is None, "--kv-dtype does not apply to --phase train (training keeps no KV cache)")
 
 
-def run_train(
-    model: ModelConfig, args: argparse.Namespace, dev: Device, roof: Roof, dt: DType, wdt: DType
-) -> int:
-    from attnroof.model.training import analyse_train
+def train_precision(args: argparse.Namespace, dt: DType, wdt: DType) -> tuple[TrainPrecision, DType, DType]:
+    """The step's precision from the flags, with the gradient and master dtypes it names."""
     from attnroof.model.training_memory import TrainPrecision
 
     gdt = dtype(args.grad_dtype) if args.grad_dtype else wdt
     mdt = dtype(args.master_dtype or "fp32")
     prec = TrainPrecision(dt.itemsize, wdt.itemsize, gdt.itemsize, mdt.itemsize, args.optimizer or "adamw")
+    return prec, gdt, mdt
+
+
+def train_head(
+    model: ModelConfig, args: argparse.Namespace, dev: Device, roof: Roof, dt: DType, wdt: DType
+) -> dict[str, Any]:
+    """The JSON fields that say which training step this is."""
+    prec, gdt, mdt = train_precision(args, dt, wdt)
+    return {
+        "model": model.name,
+        "phase": "train",
+        "batch": args.batch,
+        "context": args.context,
+        "device": dev.name,
+        "dtype": dt.name,
+        "weight_dtype": wdt.name,
+        "grad_dtype": gdt.name,
+        "master_dtype": mdt.name,
+        "optimizer": prec.optimizer,
+        "recompute": args.recompute or NONE,
+        "fused": not args.unfused,
+        "ridge": roof.ridge,
+        "config": model.to_json(),
+    }
+
+
+def train_what(args: argparse.Namespace, dt: DType, wdt: DType) -> str:
+    """The line that says, in words, which training step this is."""
+    prec, gdt, mdt = train_precision(args, dt, wdt)
+    attn = "unfused" if args.unfused else "fused"
+    return (
+        f"training step of batch {args.batch} × {render.plural(args.context, 'token')}; weights {wdt.name}, "
+        f"gradients {gdt.name}, master and {prec.optimizer} state {mdt.name}, activations {dt.name}; "
+        f"{attn} attention, recompute {args.recompute or NONE}"
+    )
+
+
+def run_train(
+    model: ModelConfig, args: argparse.Namespace, dev: Device, roof: Roof, dt: DType, wdt: DType
+) -> int:
+    from attnroof.model.training import analyse_train
+
+    prec, _, _ = train_precision(args, dt, wdt)
     recompute = args.recompute or NONE
     a = analyse_train(
         model,
@@ -64,25 +117,9 @@ def run_train(
         recompute=recompute,
     )
     if args.json:
-        head: dict[str, Any] = {
-            "model": model.name,
-            "phase": "train",
-            "batch": args.batch,
-            "context": args.context,
-            "device": dev.name,
-            "dtype": dt.name,
-            "weight_dtype": wdt.name,
-            "grad_dtype": gdt.name,
-            "master_dtype": mdt.name,
-            "optimizer": prec.optimizer,
-            "recompute": recompute,
-            "fused": not args.unfused,
-            "ridge": roof.ridge,
-            "config": model.to_json(),
-        }
         emit_json(
             {
-                **head,
+                **train_head(model, args, dev, roof, dt, wdt),
                 "ops": [o.to_json() for o in a.ops],
                 "totals": a.totals.to_json(),
                 "memory": a.memory.to_json(),
@@ -90,18 +127,17 @@ def run_train(
             }
         )
         return 0
-    from attnroof.text import render
-    from attnroof.text.model import Setting, header
     from attnroof.text.training import train_text
 
-    first = header(Setting(model, dev, roof, "prefill", args.context, not args.unfused, dt, wdt, dt), None)[
-        :2
-    ]
-    attn = "unfused" if args.unfused else "fused"
-    what = (
-        f"training step of batch {args.batch} × {render.plural(args.context, 'token')}; weights {wdt.name}, "
-        f"gradients {gdt.name}, master and {prec.optimizer} state {mdt.name}, activations {dt.name}; "
-        f"{attn} attention, recompute {recompute}"
-    )
-    print(train_text([*first, what], a))
+    print(train_text(train_header(model, args, dev, roof, dt, wdt), a))
     return 0
+
+
+def train_header(
+    model: ModelConfig, args: argparse.Namespace, dev: Device, roof: Roof, dt: DType, wdt: DType
+) -> list[str]:
+    """The text's first lines: the model, the device, and the step in words."""
+    from attnroof.text.model import Setting, header
+
+    setting = Setting(model, dev, roof, "prefill", args.context, not args.unfused, dt, wdt, dt)
+    return [*header(setting, None)[:2], train_what(args, dt, wdt)]

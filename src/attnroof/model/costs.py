@@ -45,7 +45,7 @@ def _linear(i: OpInstance, st: Step) -> Cost:
     return Cost((Stage(stage.name, flops, (*stage.reads, bias), stage.writes),))
 
 
-def _row_tokens(i: OpInstance, st: Step) -> Num:
+def row_tokens(i: OpInstance, st: Step) -> Num:
     """Tokens an element-wise row runs on: all of the step's, or 1/t of them where sequence
     parallelism spreads the norms and adds of a tensor-parallel group (``sequence_shards`` = t)."""
     return st.tokens() / i.shape["sequence_shards"] if "sequence_shards" in i.shape else st.tokens()
@@ -54,7 +54,7 @@ def _row_tokens(i: OpInstance, st: Step) -> Num:
 def _norm(i: OpInstance, st: Step) -> Cost:
     p = st.prec
     return operator("norm").forward(
-        _row_tokens(i, st),
+        row_tokens(i, st),
         i.shape["width"],
         itemsize=p.itemsize,
         weight_itemsize=p.weight_itemsize,
@@ -66,7 +66,7 @@ def _norm(i: OpInstance, st: Step) -> Cost:
 
 def _add(i: OpInstance, st: Step) -> Cost:
     return operator("add").forward(
-        _row_tokens(i, st), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
+        row_tokens(i, st), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
     )
 
 
@@ -156,8 +156,12 @@ LATENT_WIDTHS = ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim"
 def _experts(i: OpInstance, st: Step) -> Cost:
     """Routed experts: every token through top_k of them, weights read for those touched."""
     args, kw = expert_args(i, st)
-    cost = operator("experts").forward(*args, **kw)
-    ep = i.shape.get("ep", 1)  # expert parallel: the group's tokens on 1/ep of the experts
+    return expert_share(i, operator("experts").forward(*args, **kw))
+
+
+def expert_share(i: OpInstance, cost: Cost) -> Cost:
+    """Expert parallel: one device's 1/ep of the group's expert work (see :func:`expert_args`)."""
+    ep = i.shape.get("ep", 1)
     return cost if ep == 1 else Cost(tuple(s.scaled(1 / ep) for s in cost.stages))
 
 

@@ -4,7 +4,10 @@ its collectives on the link roof, and the pipeline's schedule over them.
     stage time (one micro-batch)  = Σ ops max(F/P, bytes/B) + Σ collectives (steps·α + sent/β)
                       overlapped  = Σ over layer kinds max(compute, communication)
     step time                     = Σ stages + (m − 1) · slowest stage        (m micro-batches)
-    pipeline bubble               = (p − 1)/(m + p − 1) of the step, for equal stages
+                                    + the once-a-step collectives left exposed (training's
+                                    data-parallel gradient sync; overlapped: what outlasts one
+                                    micro-batch's backward pass)
+    pipeline bubble               = (p − 1)/(m + p − 1) of the pipeline, for equal stages
 
 Per-device figures are the slowest stage's device (the one that sets the pace). The collectives
 a stage adds (:func:`stage_comms`) follow :mod:`attnroof.model.parallel`'s layout.
@@ -23,6 +26,8 @@ from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, EMBEDDING, HEAD, LAYER, PREFILL, Precision, Step, layer_table
 from attnroof.model.memory import Memory, memory
 from attnroof.model.parallel import Plan, Shard, check_plan, group_link, stages
+from attnroof.model.train_options import BACKWARD
+from attnroof.model.training_memory import TrainMemory
 from attnroof.ops import collectives as coll
 from attnroof.ops.collectives import Comm
 from attnroof.roofline import COMPUTE, MEMORY, Roof
@@ -39,6 +44,8 @@ class CommOp:
     count: int
     link: Link
     layer_kind: str
+    pass_name: str = ""
+    """Training: the pass that runs it (forward, recompute, backward, or once a step)."""
 
     @property
     def time_s(self) -> float:
@@ -60,7 +67,59 @@ class CommOp:
             "total_time_s": self.count * self.time_s,
             "layer_kind": self.layer_kind,
             "operator": self.comm.collective,
+            **({"pass": self.pass_name} if self.pass_name else {}),
         }
+
+
+def block_reduce(
+    block: float, t: int, link: Link, kind: str, count: int, *, sp: bool, name: str, pass_name: str = ""
+) -> list[CommOp]:
+    """A tensor-parallel block's sum over its ``t`` devices: an all-reduce of ``block`` bytes,
+    or, with sequence parallelism, a reduce-scatter and an all-gather of the same size."""
+    if sp:
+        return [
+            CommOp(coll.reduce_scatter(block, t, name=f"{name} (RS)"), count, link, kind, pass_name),
+            CommOp(coll.all_gather(block, t, name=f"{name} (AG)"), count, link, kind, pass_name),
+        ]
+    return [CommOp(coll.all_reduce(block, t, name=name), count, link, kind, pass_name)]
+
+
+def expert_exchange(
+    model: ModelConfig,
+    plan: Plan,
+    shard: Shard,
+    tokens: float,
+    itemsize: float,
+    links: Links,
+    pass_name: str = "",
+) -> list[CommOp]:
+    """Expert parallelism's all-to-all dispatch and combine, once each per MoE layer of the
+    stage: each routed token's hidden vector to its expert's device and back."""
+    moe = sum(model.layer_is_moe()[shard.first : shard.stop])
+    if plan.ep == 1 or not moe or model.experts is None:
+        return []
+    link = group_link(links, plan.ep, plan.tp, f"--ep {plan.ep}")
+    routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp  # 1/t per TP rank
+    kind = next(i.layer_kind for i in layer_table(model) if i.operator == "experts")
+    return [
+        CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind, pass_name)
+        for name in ("expert dispatch", "expert combine")
+    ]
+
+
+def stage_send(
+    model: ModelConfig,
+    plan: Plan,
+    tokens: float,
+    itemsize: float,
+    links: Links,
+    name: str,
+    pass_name: str = "",
+) -> CommOp:
+    """A pipeline stage's activations (or their gradients) to its neighbour."""
+    link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
+    activations = tokens * model.hidden * itemsize / (plan.tp if plan.sp else 1)
+    return CommOp(coll.send_recv(activations, 2, name=name), 1, link, PIPELINE, pass_name)
 
 
 def stage_comms(
@@ -68,38 +127,22 @@ def stage_comms(
 ) -> list[CommOp]:
     """The collectives one device of ``shard`` runs in one micro-batch's ``step``."""
     out: list[CommOp] = []
-    n, h, item = step.tokens(), model.hidden, step.prec.itemsize
+    n, item = step.tokens(), step.prec.itemsize
     layers = shard.stop - shard.first
     t = plan.tp
     if t > 1:
         link = group_link(links, t, 1, f"--tp {t}")
-        block = n * h * item  # a block's output, summed over the TP group
-
-        def reduce(name: str, kind: str, count: int) -> None:
-            if plan.sp:
-                out.append(CommOp(coll.reduce_scatter(block, t, name=f"{name} (RS)"), count, link, kind))
-                out.append(CommOp(coll.all_gather(block, t, name=f"{name} (AG)"), count, link, kind))
-            else:
-                out.append(CommOp(coll.all_reduce(block, t, name=name), count, link, kind))
-
+        block = n * model.hidden * item  # a block's output, summed over the TP group
         if shard.first == 0:
-            reduce("embedding all-reduce", EMBEDDING, 1)
-        reduce("attention all-reduce", LAYER, layers)
-        reduce("MLP all-reduce", LAYER, layers)
+            out += block_reduce(block, t, link, EMBEDDING, 1, sp=plan.sp, name="embedding all-reduce")
+        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="attention all-reduce")
+        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="MLP all-reduce")
         if last:  # the last tokens' logits, V/t of them on each device, gathered whole
             logits = step.tokens("last") * model.vocab * item
             out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))
-    moe = sum(model.layer_is_moe()[shard.first : shard.stop])
-    if plan.ep > 1 and moe and model.experts is not None:
-        link = group_link(links, plan.ep, t, f"--ep {plan.ep}")
-        routed = n * model.experts.top_k * h * item / t  # each TP rank sends 1/t of the tokens
-        kind = next(i.layer_kind for i in layer_table(model) if i.operator == "experts")
-        for name in ("expert dispatch", "expert combine"):
-            out.append(CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind))
+    out += expert_exchange(model, plan, shard, n, item, links)
     if plan.pp > 1 and not last:
-        link = group_link(links, plan.pp, t * plan.dp, f"--pp {plan.pp}")
-        activations = n * h * item / (t if plan.sp else 1)
-        out.append(CommOp(coll.send_recv(activations, 2, name="stage send"), 1, link, PIPELINE))
+        out.append(stage_send(model, plan, n, item, links, "stage send"))
     return out
 
 
@@ -111,8 +154,12 @@ class StageResult:
     stop: int
     ops: tuple[OpResult, ...]
     comms: tuple[CommOp, ...]
-    memory: Memory
+    memory: Memory | TrainMemory
     overlap: bool
+    passes: tuple[str, ...] = ()
+    """Training: the pass of each of ``ops``."""
+    step_comms: tuple[CommOp, ...] = ()
+    """Collectives run once a step, after the last micro-batch (the data-parallel sync)."""
 
     @property
     def compute_time_s(self) -> float:
@@ -129,6 +176,22 @@ class StageResult:
             return self.compute_time_s + self.comm_time_s
         kinds = {o.layer_kind for o in self.ops} | {c.layer_kind for c in self.comms}
         return sum(max(self._compute(k), self._comm(k)) for k in kinds)
+
+    @property
+    def sync_time_s(self) -> float:
+        """The once-a-step collectives, in full."""
+        return sum(c.count * c.time_s for c in self.step_comms)
+
+    @property
+    def sync_exposed_s(self) -> float:
+        """What the step waits for them: all of it, or, overlapped (gradients sent in buckets as
+        the backward pass produces them), what outlasts the last micro-batch's backward pass."""
+        if not self.overlap or not self.step_comms:
+            return self.sync_time_s
+        backward = sum(
+            o.count * o.time_s for o, p in zip(self.ops, self.passes, strict=True) if p == BACKWARD
+        )
+        return max(0.0, self.sync_time_s - backward)
 
     def _compute(self, kind: str) -> float:
         return sum(o.count * o.time_s for o in self.ops if o.layer_kind == kind)
@@ -167,20 +230,27 @@ class Spread:
     phase: str
     batch: int
     stages: tuple[StageResult, ...]
+    recompute: str = ""
+    """Training: the recomputation, and the optimizer whose state the devices hold."""
+    optimizer: str = ""
 
     @property
     def slowest(self) -> StageResult:
         return max(self.stages, key=lambda s: s.time_s)
 
     @property
-    def time_s(self) -> float:
+    def pipeline_time_s(self) -> float:
         m = self.plan.microbatches
         return sum(s.time_s for s in self.stages) + (m - 1) * self.slowest.time_s
 
     @property
+    def time_s(self) -> float:
+        return self.pipeline_time_s + max(s.sync_exposed_s for s in self.stages)
+
+    @property
     def bubble_share(self) -> float:
-        """The step's share the slowest device idles: 1 − m · its stage time / step time."""
-        return 1 - self.plan.microbatches * self.slowest.time_s / self.time_s
+        """The pipeline's share the slowest device idles: 1 − m · its stage time / pipeline time."""
+        return 1 - self.plan.microbatches * self.slowest.time_s / self.pipeline_time_s
 
     @property
     def fits(self) -> bool | None:
@@ -188,7 +258,7 @@ class Spread:
         return None if None in fits else all(fits)
 
     @property
-    def busiest_memory(self) -> Memory:
+    def busiest_memory(self) -> Memory | TrainMemory:
         return max((s.memory for s in self.stages), key=lambda mem: mem.total_bytes)
 
     def totals(self) -> dict[str, Any]:
@@ -211,10 +281,14 @@ class Spread:
             if s.comm_time_s > s.compute_time_s
             else (MEMORY if mem_time * 2 >= s.compute_time_s else COMPUTE),
             "compute_time_s": m * s.compute_time_s,
-            "comm_time_s": m * s.comm_time_s,
-            "comm_bytes_per_device": m * sum(c.count * float(c.comm.bytes_per_device) for c in s.comms),
+            "comm_time_s": m * s.comm_time_s + s.sync_time_s,
+            "comm_bytes_per_device": m * _sent(s.comms) + _sent(s.step_comms),
             "bubble_share": self.bubble_share,
         }
+
+
+def _sent(comms: tuple[CommOp, ...]) -> float:
+    return sum(c.count * float(c.comm.bytes_per_device) for c in comms)
 
 
 def spread(

@@ -3,6 +3,10 @@ line can list them without importing the training model."""
 
 from __future__ import annotations
 
+FORWARD, BACKWARD, RECOMPUTE_PASS = "forward", "backward", "recompute"
+PASS_NAMES = (FORWARD, BACKWARD, RECOMPUTE_PASS)
+"""The passes of a training step."""
+
 NONE, SELECTIVE, FULL = "none", "selective", "full"
 RECOMPUTE = (NONE, SELECTIVE, FULL)
 

@@ -27,22 +27,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.config import ModelConfig
-from attnroof.model.costs import LATENT_WIDTHS, Op, attention_args, expert_args
+from attnroof.model.costs import LATENT_WIDTHS, Op, attention_args, expert_args, expert_share, row_tokens
 from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
+from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
 from attnroof.operators import CostFn, operator
 from attnroof.ops.attention import MASK, QK, SOFTMAX
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 
-FORWARD, BACKWARD, RECOMPUTE = "forward", "backward", "recompute"
-PASS_NAMES = (FORWARD, BACKWARD, RECOMPUTE)
+if TYPE_CHECKING:
+    from attnroof.model.parallel import Shard
+
+RECOMPUTE = RECOMPUTE_PASS
 
 PALM_PARAM_FACTOR = 6
 """Forward 2 and backward 4 FLOPs per parameter per token (a multiply-add each, for Y, dX, dW)."""
@@ -90,7 +93,7 @@ def _linear(i: OpInstance, st: Step, g: float) -> Cost:
 def _norm(i: OpInstance, st: Step, g: float) -> Cost:
     p = st.prec
     return _backward("norm")(
-        st.tokens(),
+        row_tokens(i, st),
         i.shape["width"],
         itemsize=p.itemsize,
         weight_itemsize=p.weight_itemsize,
@@ -102,7 +105,9 @@ def _norm(i: OpInstance, st: Step, g: float) -> Cost:
 
 
 def _add(i: OpInstance, st: Step, g: float) -> Cost:
-    return _backward("add")(st.tokens(), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name)
+    return _backward("add")(
+        row_tokens(i, st), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
+    )
 
 
 def _activation(i: OpInstance, st: Step, g: float) -> Cost:
@@ -117,7 +122,7 @@ def _activation(i: OpInstance, st: Step, g: float) -> Cost:
 
 def _experts(i: OpInstance, st: Step, g: float) -> Cost:
     args, kw = expert_args(i, st)
-    return _backward("experts")(*args, grad_itemsize=g, **kw)
+    return expert_share(i, _backward("experts")(*args, grad_itemsize=g, **kw))
 
 
 def _embedding(i: OpInstance, st: Step, g: float) -> Cost:
@@ -190,8 +195,10 @@ def train_ops(
     fused: bool = True,
     recompute: str = NONE,
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    shard: Shard | None = None,
 ) -> list[tuple[str, Op]]:
-    """(pass, op) for every operator run by a training step, forward then recompute and backward.
+    """(pass, op) for every operator run by a training step, forward then recompute and backward
+    (with a ``shard``: one device's part of a parallel plan, :mod:`attnroof.model.parallel`).
 
     >>> from attnroof.model.config import builtin
     >>> ops = train_ops(builtin("llama-3.1-8b"), 1, 4096, TrainPrecision())
@@ -202,7 +209,7 @@ def train_ops(
         raise ValueError(f"unknown recompute {recompute!r}")
     fwd_prec = Precision(prec.itemsize, prec.weight_itemsize, prec.itemsize)  # K, V: activations
     step = Step(PREFILL, batch, context, fwd_prec, fused, softmax_flops_per_element)
-    table = layer_table(model)
+    table = layer_table(model, shard)
     missing = sorted(
         {i.operator for i in table if i.operator not in _BACKWARD and i.operator not in NO_BACKWARD}
     )
@@ -279,6 +286,8 @@ class TrainTotals:
 
     flops_by_pass: dict[str, float]
     time_by_pass: dict[str, float]
+    time_s: float
+    """Σ of every operator's time, in execution order (the passes' times add up to it)."""
     bytes: float
     model_flops: float
     tokens: float
@@ -290,9 +299,6 @@ class TrainTotals:
     def flops(self) -> float:
         return sum(self.flops_by_pass.values())
 
-    @property
-    def time_s(self) -> float:
-        return sum(self.time_by_pass.values())
 
     @property
     def mfu(self) -> float:
@@ -386,6 +392,7 @@ def analyse_train(
     totals = TrainTotals(
         flops_by_pass={w: total("flops", w) for w in PASS_NAMES},
         time_by_pass={w: total("time_s", w) for w in PASS_NAMES},
+        time_s=time,
         bytes=sum(total("bytes", w) for w in PASS_NAMES),
         model_flops=float(model_flops(model, batch, context)),
         tokens=float(batch * context),

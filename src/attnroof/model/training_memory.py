@@ -33,16 +33,33 @@ of the logits that some loss implementations make.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Num
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import ALL_TOKENS, EMBEDDING, OpInstance, layer_table, params
+from attnroof.model.layers import (
+    ALL_TOKENS,
+    COLUMN,
+    DENSE_MLP,
+    EMBEDDING,
+    GLOBAL,
+    LAYER,
+    LOCAL,
+    MOE,
+    REPLICATED,
+    OpInstance,
+    layer_table,
+    params,
+)
 from attnroof.model.memory import _largest
 from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
 from attnroof.ops.attention import causal_band, causal_half
 from attnroof.ops.backward import FP32_BYTES
+
+if TYPE_CHECKING:
+    from attnroof.model.parallel import Shard
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,31 +134,63 @@ def layer_input_bytes(model: ModelConfig, batch: Num, context: Num, itemsize: fl
     return batch * context * model.hidden * itemsize
 
 
+def _sequence_split(i: OpInstance, shard: Shard | None) -> int:
+    """1/t of a row's saved input is kept under sequence parallelism where the input is the
+    replicated residual stream: a norm's, and a column-parallel (or replicated) GEMM's, whose
+    all-gathered input Megatron-LM does not keep but gathers again in the backward pass
+    (Korthikanti et al. 2022, section 4.2.2)."""
+    if shard is None or not shard.sp:
+        return 1
+    if i.operator == "norm" or (i.operator == "linear" and i.split in (COLUMN, REPLICATED)):
+        return shard.tp
+    return 1
+
+
+def _largest_layer(rows: list[OpInstance], saved: Callable[[OpInstance], Num]) -> Num:
+    """The saved tensors of the largest single layer: the rows every layer runs, plus the
+    largest of each set of alternatives (windowed or global attention; a dense or an MoE MLP)."""
+    every: Num = sum(saved(i) for i in rows if i.layer_kind == LAYER)
+    for kinds in ((LOCAL, GLOBAL), (DENSE_MLP, MOE)):
+        every += max((sum(saved(i) for i in rows if i.layer_kind == k) for k in kinds), default=0)
+    return every
+
+
 def activation_bytes(
-    model: ModelConfig, batch: Num, context: Num, itemsize: float, *, fused: bool, recompute: str
+    model: ModelConfig,
+    batch: Num,
+    context: Num,
+    itemsize: float,
+    *,
+    fused: bool,
+    recompute: str,
+    shard: Shard | None = None,
 ) -> dict[str, Num]:
-    """Activation bytes a training step keeps: ``per_layer`` (one layer's saved tensors),
-    ``kept_per_layer`` (what each layer keeps between forward and backward), ``head`` (the
-    final norm's and the LM head's inputs, and the logits) and ``total``."""
-    table = layer_table(model)
+    """Activation bytes a training step keeps: ``kept_per_layer`` (what a layer keeps between
+    its forward and its backward pass, the mean over the layers), ``head`` (the final norm's
+    and the LM head's inputs, and the logits) and ``total``. With a ``shard``: one device's
+    stage of a parallel plan, its tensors cut as its rows are."""
+    table = layer_table(model, shard)
     layer_rows = [i for i in table if i.per_layer]
-    L = model.layers
+    L = model.layers if shard is None else shard.stop - shard.first
 
     def saved(i: OpInstance, how: str) -> Num:
-        return saved_bytes(i, model, batch, context, itemsize, fused=fused, recompute=how)
+        kept = saved_bytes(i, model, batch, context, itemsize, fused=fused, recompute=how)
+        return kept / _sequence_split(i, shard)
 
-    per_layer: Num = sum(saved(i, recompute if recompute != FULL else NONE) for i in layer_rows)
     head_rows = [
         replace(i, tokens=ALL_TOKENS) for i in table if not i.per_layer and i.layer_kind != EMBEDDING
     ]
-    head = sum(saved(i, NONE) for i in head_rows) + batch * context * model.vocab * itemsize
+    logits = sum(batch * context * i.shape["m"] for i in head_rows if i.operator == "linear") * itemsize
+    head = sum(saved(i, NONE) for i in head_rows) + logits
     if recompute == FULL:
-        kept = layer_input_bytes(model, batch, context, itemsize)
-        total = L * kept + per_layer + head
+        kept = layer_input_bytes(model, batch, context, itemsize) / (shard.tp if shard and shard.sp else 1)
+        working = _largest_layer(layer_rows, lambda i: saved(i, NONE))
+        total = L * kept + working + head
     else:
-        kept = per_layer
-        total = L * per_layer + head
-    return {"per_layer": per_layer, "kept_per_layer": kept, "head": head, "total": total}
+        layers = sum(i.count * saved(i, recompute) for i in layer_rows)
+        kept = layers / L
+        total = layers + head
+    return {"kept_per_layer": kept, "head": head, "total": total}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +227,28 @@ class TrainMemory:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Zero:
+    """ZeRO's sharding (Rajbhandari et al. 2020) over the data-parallel replicas: stage 1 splits
+    the optimizer states, 2 the gradients too, 3 the weights too. Expert weights have their own,
+    smaller, data-parallel group: the ``dp/ep`` replicas that hold the same experts."""
+
+    stage: int = 0
+    dp: int = 1
+    ep: int = 1
+
+    def per_device(self, dense: Num, experts: Num, from_stage: int) -> Num:
+        """Parameters a device keeps of a state that ZeRO shards from ``from_stage`` on."""
+        if self.stage < from_stage:
+            return dense + experts
+        return dense / self.dp + experts / (self.dp // self.ep)
+
+
+def expert_params(model: ModelConfig, shard: Shard | None = None) -> int:
+    """The routed experts' parameters (on one device of a ``shard``)."""
+    return sum(i.count * i.params for i in layer_table(model, shard) if i.operator == "experts")
+
+
 def train_memory(
     model: ModelConfig,
     batch: int,
@@ -187,19 +258,31 @@ def train_memory(
     *,
     fused: bool = True,
     recompute: str = NONE,
+    shard: Shard | None = None,
+    zero: Zero | None = None,
+    in_flight: int = 1,
 ) -> TrainMemory:
-    """Weights, gradients, optimizer state and activations of one training step.
+    """Weights, gradients, optimizer state and activations of one training step. On one device
+    of a parallel plan: its ``shard``'s parameters, sharded further by ``zero``, and the
+    activations of ``in_flight`` micro-batches of ``batch`` sequences (a pipeline stage holds
+    those it has run forward and not yet backward: min(m, p − stage) under 1F1B).
 
     >>> from attnroof.model.config import builtin
     >>> m = train_memory(builtin("llama-3.1-8b"), 1, 8192, TrainPrecision(), 141e9)
     >>> m.optimizer_bytes == 12 * builtin("llama-3.1-8b").params(), m.fits
     (True, False)
     """
-    n = params(model)
-    states = n * (prec.weight_itemsize + prec.grad_itemsize + prec.optimizer_bytes_per_param)
+    z = zero or Zero()
+    experts = expert_params(model, shard)
+    dense = params(model, shard) - experts
+    weights = z.per_device(dense, experts, 3) * prec.weight_itemsize
+    grads = z.per_device(dense, experts, 2) * prec.grad_itemsize
+    optimizer = z.per_device(dense, experts, 1) * prec.optimizer_bytes_per_param
+    states = weights + grads + optimizer
 
     def act(b: int, c: int) -> dict[str, Num]:
-        return activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute)
+        a = activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute, shard=shard)
+        return {k: in_flight * v for k, v in a.items()}
 
     a = act(batch, context)
     if capacity_bytes is None:
@@ -210,9 +293,9 @@ def train_memory(
         max_batch = max(0, int((capacity_bytes - states) // per_batch))
         max_context = _largest(lambda c: states + act(batch, c)["total"] <= capacity_bytes)
     return TrainMemory(
-        weights_bytes=n * prec.weight_itemsize,
-        gradient_bytes=n * prec.grad_itemsize,
-        optimizer_bytes=n * prec.optimizer_bytes_per_param,
+        weights_bytes=weights,
+        gradient_bytes=grads,
+        optimizer_bytes=optimizer,
         activation_bytes=a["total"],
         activation_bytes_per_layer=a["kept_per_layer"],
         capacity_bytes=capacity_bytes,

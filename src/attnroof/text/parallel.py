@@ -33,8 +33,9 @@ def links_line(links: Links) -> str:
     return "links: " + ("; ".join(out) or "none")
 
 
-def comm_row(c: CommOp, step_time_s: float) -> list[str]:
-    """A collective in the operator table's columns: bytes it sends, its time on the link."""
+def comm_row(c: CommOp, step_time_s: float, runs: int = 1) -> list[str]:
+    """A collective in the operator table's columns: bytes it sends, its time on the link, and
+    its share of the step when the step runs it ``runs`` times as often (once per micro-batch)."""
     return [
         f"{c.comm.name} [{c.comm.collective}, {c.comm.devices} dev, {c.link.kind}]",
         f"×{c.count}" if c.count > 1 else "",
@@ -43,14 +44,33 @@ def comm_row(c: CommOp, step_time_s: float) -> list[str]:
         "—",
         duration(c.time_s),
         "link",
-        render.pct(c.count * c.time_s / step_time_s),
+        render.pct(runs * c.count * c.time_s / step_time_s),
     ]
 
 
-def spread_text(setting: Setting, s: Spread, links: Links) -> str:
-    slow, t = s.slowest, s.totals()
-    stage_time = slow.time_s
-    rows = [op_row(o, stage_time) for o in slow.ops] + [comm_row(c, stage_time) for c in slow.comms]
+def _totals(setting: Setting, s: Spread) -> dict[str, Any]:
+    if s.phase != "train":
+        return s.totals()
+    from attnroof.model.train_spread import train_totals
+
+    return train_totals(s, setting.model, setting.context, setting.roof.peak_flops_per_s)
+
+
+def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | None = None) -> str:
+    """One plan: the slowest device's operators and collectives, its layer kinds on the link
+    roof, the step and the memory each device holds. ``head`` replaces the first lines (a
+    training step's own)."""
+    slow, t = s.slowest, _totals(setting, s)
+    train = s.phase == "train"
+    m, step = s.plan.microbatches, t["time_s"]
+    rows = [op_row(o, step / m) for o in slow.ops]  # each runs once per micro-batch: m times a step
+    comms = [comm_row(c, step, m) for c in slow.comms]
+    headers = list(OP_HEADERS)
+    if train:
+        headers = ["pass", *headers]
+        rows = [[p, *r] for p, r in zip(slow.passes, rows, strict=True)]
+        comms = [[c.pass_name, *r] for c, r in zip(slow.comms, comms, strict=True)]
+        comms += [[c.pass_name, *comm_row(c, step)] for c in slow.step_comms]
     rate = (
         f"≤ {render.num(t['tokens_per_s'])} tokens/s"
         if t["tokens_per_s"] is not None
@@ -72,29 +92,55 @@ def spread_text(setting: Setting, s: Spread, links: Links) -> str:
         if link is not None
         else ""
     )
+    pipeline = "" if s.plan.pp == 1 else f"; pipeline bubble {render.pct(t['bubble_share'])}"
     out = [
-        *header(setting, s.batch),
+        *(head or header(setting, s.batch)),
         plan_line(s),
         links_line(links) + ridge,
         "",
         f"one device of the slowest stage (layers {slow.first}–{slow.stop - 1}), one micro-batch:",
-        table(OP_HEADERS, rows, "llrrrrlr"),
+        table(headers, rows + comms, ("l" if train else "") + "llrrrrlr"),
         "",
         table(["layer kind", "compute ≥", "link ≥", "FLOP/link byte", "bound by"], kinds, "lrrrl"),
         "",
         f"step: {duration(t['time_s'])} ({rate}); per device {render.flops(t['flops'])}, "
         f"{render.nbytes(t['bytes'])} through memory, {render.nbytes(t['comm_bytes_per_device'])} over links",
         f"communication {duration(t['comm_time_s'])} against computation {duration(t['compute_time_s'])}"
-        + ("" if s.plan.pp == 1 else f"; pipeline bubble {render.pct(t['bubble_share'])}"),
-        "per device " + memory_line(s.busiest_memory, setting.device.name),
+        + pipeline,
     ]
+    if train:
+        out += _train_lines(s, t)
+    else:
+        out.append("per device " + memory_line(s.busiest_memory, setting.device.name))  # type: ignore[arg-type]
     return "\n".join(out)
 
 
-def sweep_text(setting: Setting, runs: Sequence[Spread], summary: dict[str, Any]) -> str:
+def _train_lines(s: Spread, t: dict[str, Any]) -> list[str]:
+    from attnroof.text.training import train_memory_text
+
+    zero = f"ZeRO {s.plan.zero}" if s.plan.zero else "no ZeRO sharding"
+    sync = (
+        f"data-parallel sync ({zero}) once a step: {duration(t['sync_time_s'])}, "
+        f"{duration(t['sync_exposed_s'])} of it exposed"
+        if t["sync_time_s"]
+        else None
+    )
+    mem = s.busiest_memory
+    return [
+        *([sync] if sync else []),
+        f"model FLOPs {render.flops(t['model_flops'])} over {render.plural(s.plan.devices, 'device')}: "
+        f"MFU ≤ {render.pct(t['mfu'])}; this device's HFU ≤ {render.pct(t['hfu'])}",
+        "per device "
+        + train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch"),  # type: ignore[arg-type]
+    ]
+
+
+def sweep_text(
+    setting: Setting, runs: Sequence[Spread], summary: dict[str, Any], head: list[str] | None = None
+) -> str:
     rows = []
     for r in runs:
-        t, mem = r.totals(), r.busiest_memory
+        t, mem = _totals(setting, r), r.busiest_memory
         rows.append(
             [
                 str(r.plan.tp),
@@ -108,7 +154,7 @@ def sweep_text(setting: Setting, runs: Sequence[Spread], summary: dict[str, Any]
             ]
         )
     headers = ["TP", "devices", "step ≥", "compute", "link", "tokens/s ≤", "memory/device", "fits"]
-    lines = [*header(setting, runs[0].batch), "", table(headers, rows, "rrrrrrrl"), ""]
+    lines = [*(head or header(setting, runs[0].batch)), "", table(headers, rows, "rrrrrrrl"), ""]
     lines.append(f"fastest: TP {summary['best_tp']}")
     if summary["slower_from_tp"] is not None:
         lines.append(f"from TP {summary['slower_from_tp']} the all-reduces cost more than the cut saves")
@@ -117,7 +163,9 @@ def sweep_text(setting: Setting, runs: Sequence[Spread], summary: dict[str, Any]
     return "\n".join(lines)
 
 
-def fit_text(setting: Setting, best: Spread, tried: Sequence[Spread], links: Links) -> str:
+def fit_text(
+    setting: Setting, best: Spread, tried: Sequence[Spread], links: Links, head: list[str] | None = None
+) -> str:
     rows = [
         [
             plan_line(s),
@@ -132,6 +180,6 @@ def fit_text(setting: Setting, best: Spread, tried: Sequence[Spread], links: Lin
             "",
             table(["plan", "fits", "memory/device"], rows, "lll"),
             "",
-            spread_text(setting, best, links),
+            spread_text(setting, best, links, head),
         ]
     )

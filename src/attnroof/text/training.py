@@ -8,6 +8,7 @@ from typing import Any
 from attnroof.analysis import Comparison
 from attnroof.cost import Cost
 from attnroof.model.training import PASS_NAMES, TrainAnalysis
+from attnroof.model.training_memory import TrainMemory
 from attnroof.passes import WORDS
 from attnroof.roofline import Roof, place
 from attnroof.sheet_backward import BackwardPart
@@ -65,22 +66,44 @@ def train_text(head: list[str], a: TrainAnalysis) -> str:
 
 
 def train_memory_line(a: TrainAnalysis) -> str:
-    m, b = a.memory, render.nbytes
-    per_param = (m.weights_bytes + m.gradient_bytes + m.optimizer_bytes) / a.model.params()
+    return train_memory_text(a.memory, a.prec.optimizer, a.recompute, a.model.params())
+
+
+def train_memory_text(
+    m: TrainMemory,
+    optimizer: str,
+    recompute: str,
+    n_params: int | None = None,
+    zero: int = 0,
+    batch_word: str = "batch",
+) -> str:
+    """Weights, gradients, optimizer state and activations, and whether they fit (with the
+    bytes per parameter when ``n_params`` is given, and what ZeRO shards)."""
+    b = render.nbytes
+    states = m.weights_bytes + m.gradient_bytes + m.optimizer_bytes
+    per_param = f" ({render.num(states / n_params)} B/parameter in all)" if n_params else ""
+    sharded = f" (ZeRO {zero}: {ZERO_SHARDS[zero]} sharded over the data-parallel replicas)" if zero else ""
     used = (
         f"memory: weights {b(m.weights_bytes)} + gradients {b(m.gradient_bytes)} + "
-        f"{a.prec.optimizer} state {b(m.optimizer_bytes)} ({render.num(per_param)} B/parameter in all) + "
+        f"{optimizer} state {b(m.optimizer_bytes)}{per_param} + "
         f"activations {b(m.activation_bytes)} ({b(m.activation_bytes_per_layer)} kept per layer, "
-        f"recompute {a.recompute}) = {b(m.total_bytes)}"
+        f"recompute {recompute}) = {b(m.total_bytes)}{sharded}"
     )
     if m.capacity_bytes is None:
         return used + "; no capacity figure (pass --capacity)"
     verdict = "fits" if m.fits else "does NOT fit"
     ctx = "unbounded" if m.max_context is None else f"{m.max_context:,}"
     return (
-        f"{used} of {b(m.capacity_bytes)}: {verdict}; largest batch at this context {m.max_batch:,}, "
-        f"largest context at this batch {ctx}"
+        f"{used} of {b(m.capacity_bytes)}: {verdict}; largest {batch_word} at this context "
+        f"{m.max_batch:,}, largest context at this {batch_word} {ctx}"
     )
+
+
+ZERO_SHARDS = {
+    1: "the optimizer state",
+    2: "the optimizer state and gradients",
+    3: "weights, gradients and optimizer state",
+}
 
 
 def backward_part_markdown(g: BackwardPart) -> str:

@@ -1,0 +1,241 @@
+"""A training step on many devices: each pipeline stage's forward, recomputation and backward
+operators (:mod:`attnroof.model.training`, on the device's shard) on the device roof, the
+collectives each pass adds on the link roof, the data-parallel sync that ZeRO's stage fixes, and
+the memory one device holds.
+
+Collectives of one device, per micro-batch unless marked *step* (once, after the last one)::
+
+    parallelism  pass                what                                   message (bytes)
+    TP           forward             2 per layer: after the attention and   tokens · hidden · a
+                                     the MLP block (Megatron-LM's g)
+                 backward            2 per layer: before each block (f, g's
+                                     conjugate); sequence parallel: each
+                                     all-reduce a reduce-scatter + an
+                                     all-gather, both passes
+                 recompute (full)    the forward's again
+                 forward, stage 0    the vocab-parallel embedding's sum     tokens · hidden · a
+                 forward, last       the vocab-parallel loss: row max, Σ    tokens · 4, three times
+                                     exp, the target's logit (fp32)
+                 backward, last      the LM head input's gradient           tokens · hidden · a
+    EP           forward, backward   all-to-all dispatch and combine per    tokens · top_k · hidden · a / t
+                 (+ recompute)       MoE layer
+    PP           forward / backward  activations to the next stage (all     tokens · hidden · a
+                                     but the last) / their gradients to
+                                     the previous (all but the first)
+    DP  ZeRO 0   step                all-reduce of the gradients            N · g
+        ZeRO 1   step                reduce-scatter of the gradients, all-  N · g, N · w
+                                     gather of the updated weights
+        ZeRO 2   micro-batch; step   reduce-scatter (no device keeps a      N · g; N · w
+                                     whole gradient to accumulate into);
+                                     all-gather of the updated weights
+        ZeRO 3   micro-batch         all-gather of the weights before the   N · w (×2, ×3 with full
+                                     forward and again before the           recompute), N · g
+                                     backward; reduce-scatter of gradients
+
+(``a`` the activation bytes, ``N`` the device's parameters of its TP/PP shard, ``g`` and ``w`` the
+gradient and weight bytes.) At one micro-batch ZeRO 1 and 2 send what an all-reduce sends, and
+ZeRO 3 half as much again, the ZeRO paper's 1.5× (Rajbhandari et al. 2020, section 7). Expert
+weights sync over their own group: the ``dp/ep`` replicas that hold the same experts.
+
+Memory per device: the shard's parameters with ZeRO's cuts (:class:`Zero`), and the activations
+of the micro-batches a stage holds under the 1F1B schedule — stage ``i`` of ``p`` keeps
+min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the most.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnroof.devices.links import Links
+from attnroof.model.analysis import place_op
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
+from attnroof.model.parallel import Plan, Shard, check_plan, group_link, stages
+from attnroof.model.spread import CommOp, Spread, StageResult, block_reduce, expert_exchange, stage_send
+from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
+from attnroof.model.training import model_flops, train_ops
+from attnroof.model.training_memory import FULL, NONE, TrainPrecision, Zero, expert_params, train_memory
+from attnroof.ops import collectives as coll
+from attnroof.ops.backward import FP32_BYTES
+from attnroof.roofline import Roof
+
+STEP = "step"
+"""The pass name of the once-a-step collectives."""
+DATA_PARALLEL = "data parallel"
+"""The layer kind of the data-parallel sync."""
+LOSS_REDUCTIONS = 3
+"""Vocab-parallel cross-entropy's all-reduces per token: the row max, Σ exp, the target's logit."""
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def tp_comms(
+    model: ModelConfig, plan: Plan, shard: Shard, tokens: float, itemsize: float, links: Links, *,
+    last: bool, recompute: str,
+) -> list[CommOp]:  # fmt: skip
+    """Tensor parallelism's collectives of one micro-batch, by pass (the module's table)."""
+    t = plan.tp
+    if t == 1:
+        return []
+    link = group_link(links, t, 1, f"--tp {t}")
+    block = tokens * model.hidden * itemsize
+    layers = shard.stop - shard.first
+    out: list[CommOp] = []
+
+    def per_layer(pass_name: str) -> None:
+        for what in ("attention", "MLP"):
+            out.extend(
+                block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name=f"{what} all-reduce",
+                             pass_name=pass_name)
+            )  # fmt: skip
+
+    if shard.first == 0:
+        if plan.sp:  # the embedding's output leaves sequence-split: a reduce-scatter; back, a gather
+            out.append(
+                CommOp(coll.reduce_scatter(block, t, name="embedding (RS)"), 1, link, EMBEDDING, FORWARD)
+            )
+            out.append(CommOp(coll.all_gather(block, t, name="embedding (AG)"), 1, link, EMBEDDING, BACKWARD))
+        else:
+            out.append(
+                CommOp(coll.all_reduce(block, t, name="embedding all-reduce"), 1, link, EMBEDDING, FORWARD)
+            )
+    per_layer(FORWARD)
+    if recompute == FULL:
+        per_layer(RECOMPUTE_PASS)
+    per_layer(BACKWARD)
+    if last:
+        loss = coll.all_reduce(tokens * FP32_BYTES, t, name="loss all-reduce")
+        out.append(CommOp(loss, LOSS_REDUCTIONS, link, HEAD, FORWARD))
+        if plan.sp:  # the head's input gathered from its sequence shards; its gradient scattered back
+            out.append(CommOp(coll.all_gather(block, t, name="LM head input (AG)"), 1, link, HEAD, FORWARD))
+            out.append(
+                CommOp(coll.reduce_scatter(block, t, name="LM head input (RS)"), 1, link, HEAD, BACKWARD)
+            )
+        else:
+            out.append(
+                CommOp(coll.all_reduce(block, t, name="LM head input all-reduce"), 1, link, HEAD, BACKWARD)
+            )
+    return out
+
+
+def dp_comms(
+    model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links, *, recompute: str
+) -> tuple[list[CommOp], list[CommOp]]:
+    """The data-parallel sync of one device's parameters: (per micro-batch, once a step)."""
+    micro: list[CommOp] = []
+    step: list[CommOp] = []
+    experts = expert_params(model, shard)
+    groups = (  # (parameters, replicas that hold them, stride between those replicas, whose)
+        (params(model, shard) - experts, plan.dp, plan.tp, ""),
+        (experts, plan.dp // plan.ep, plan.tp * plan.ep, "expert "),
+    )
+    for n_params, d, stride, whose in groups:
+        if d == 1 or n_params == 0:
+            continue
+        link = group_link(links, d, stride, f"--dp {d}" if not whose else f"--dp/--ep = {d}")
+        grads, weights = n_params * prec.grad_itemsize, n_params * prec.weight_itemsize
+        reduce_ = coll.all_reduce(grads, d, name=f"{whose}gradient all-reduce")
+        scatter = coll.reduce_scatter(grads, d, name=f"{whose}gradient reduce-scatter")
+        gather = coll.all_gather(weights, d, name=f"{whose}weight all-gather")
+        if plan.zero == 0:
+            step.append(CommOp(reduce_, 1, link, DATA_PARALLEL, STEP))
+        elif plan.zero == 1:
+            step += [
+                CommOp(scatter, 1, link, DATA_PARALLEL, STEP),
+                CommOp(gather, 1, link, DATA_PARALLEL, STEP),
+            ]
+        elif plan.zero == 2:
+            micro.append(CommOp(scatter, 1, link, LAYER, BACKWARD))
+            step.append(CommOp(gather, 1, link, DATA_PARALLEL, STEP))
+        else:
+            passes = (FORWARD, RECOMPUTE_PASS, BACKWARD) if recompute == FULL else (FORWARD, BACKWARD)
+            micro += [CommOp(gather, 1, link, LAYER, p) for p in passes]
+            micro.append(CommOp(scatter, 1, link, LAYER, BACKWARD))
+    return micro, step
+
+
+def train_spread(
+    model: ModelConfig,
+    batch: int,
+    context: int,
+    roof: Roof,
+    links: Links,
+    plan: Plan,
+    prec: TrainPrecision | None = None,
+    *,
+    capacity_bytes: float | None = None,
+    fused: bool = True,
+    recompute: str = NONE,
+) -> Spread:
+    """One training step of ``batch`` sequences of ``context`` tokens on ``plan.devices`` devices.
+
+    >>> from attnroof.devices.links import Links
+    >>> from attnroof.model.config import builtin
+    >>> links = Links(scaleup_bytes_per_s=450e9, scaleup_domain=8)
+    >>> s = train_spread(builtin("llama-3.1-8b"), 8, 4096, Roof(989e12, 4.8e12), links, Plan(dp=8))
+    >>> s.totals()["comm_bytes_per_device"] == 2 * 7 / 8 * builtin("llama-3.1-8b").params() * 2
+    True
+    """
+    if plan.zero not in ZERO_STAGES:
+        raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
+    check_plan(model, plan, batch)
+    p = prec or TrainPrecision()
+    micro = batch // plan.dp // plan.microbatches
+    zero = Zero(plan.zero, plan.dp, plan.ep)
+    out = []
+    ranges = stages(model.layers, plan.pp)
+    for i, (first, stop) in enumerate(ranges):
+        shard = Shard(plan.tp, plan.ep, first, stop, plan.sp)
+        last = i == len(ranges) - 1
+        ops = train_ops(model, micro, context, p, fused=fused, recompute=recompute, shard=shard)
+        tokens = micro * context
+        comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
+        comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, FORWARD)
+        if recompute == FULL:
+            comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, RECOMPUTE_PASS)
+        comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, BACKWARD)
+        if plan.pp > 1 and not last:
+            comms.append(stage_send(model, plan, tokens, p.itemsize, links, "activations send", FORWARD))
+        if plan.pp > 1 and i > 0:
+            comms.append(stage_send(model, plan, tokens, p.itemsize, links, "gradients send", BACKWARD))
+        micro_sync, step_sync = dp_comms(model, plan, shard, p, links, recompute=recompute)
+        mem = train_memory(
+            model, micro, context, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
+            zero=zero, in_flight=min(plan.microbatches, plan.pp - i),
+        )  # fmt: skip
+        placed = tuple(place_op(o, roof) for _, o in ops)
+        passes = tuple(name for name, _ in ops)
+        comms += micro_sync
+        out.append(
+            StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync))
+        )
+    return Spread(plan, "train", batch, tuple(out), recompute, p.optimizer)
+
+
+def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:
+    """:meth:`Spread.totals` with a training step's own figures: FLOPs by pass (per device, the
+    slowest stage's), PaLM's model FLOPs of the whole step, tokens/s, and MFU over all the
+    devices (model FLOPs / (devices · step time · peak)); HFU is the slowest device's."""
+    t = s.totals()
+    slow, m = s.slowest, s.plan.microbatches
+    by_pass = {
+        p: m * sum(o.count * o.flops for o, q in zip(slow.ops, slow.passes, strict=True) if q == p)
+        for p in PASS_NAMES
+    }
+    tokens = s.batch * context
+    mf = float(model_flops(model, s.batch, context))
+    time = t["time_s"]
+    t.update(
+        forward_flops=by_pass[FORWARD],
+        backward_flops=by_pass[BACKWARD],
+        recompute_flops=by_pass[RECOMPUTE_PASS],
+        hardware_flops=t["flops"],
+        model_flops=mf,
+        tokens=tokens,
+        tokens_per_s=tokens / time,
+        mfu=mf / (s.plan.devices * time * peak_flops_per_s),
+        hfu=t["flops"] / (time * peak_flops_per_s),
+        sync_time_s=max(st.sync_time_s for st in s.stages),
+        sync_exposed_s=max(st.sync_exposed_s for st in s.stages),
+    )
+    del t["ttft_s"]
+    return t

@@ -1,0 +1,225 @@
+"""A training step on many devices, by hand: the gradient sync each ZeRO stage sends, the
+weights, gradients and optimizer state it leaves on a device, the collectives TP, EP and PP add
+in each pass, the activations a 1F1B stage holds, and a one-device plan giving exactly the
+single-device training step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnroof.devices.links import Links
+from attnroof.model.config import builtin
+from attnroof.model.parallel import Plan, Shard
+from attnroof.model.train_spread import train_spread, train_totals
+from attnroof.model.training import analyse_train
+from attnroof.model.training_memory import FULL, SELECTIVE, TrainPrecision, activation_bytes, train_memory
+from attnroof.roofline import Roof
+from conftest import assert_one_line_error, run_cli
+
+ROOF = Roof(989.4e12, 4.8e12)
+NVLINK = Links(scaleup_bytes_per_s=450e9, scaleup_domain=8, scaleout_bytes_per_s=50e9)
+CAP = 143155 * 2**20
+L8, L70 = builtin("llama-3.1-8b"), builtin("llama-3.1-70b")
+N8 = L8.params()  # 8,030,261,248
+
+
+def run(model, plan, batch=8, context=4096, **kw):
+    return train_spread(model, batch, context, ROOF, NVLINK, plan, capacity_bytes=CAP, **kw)
+
+
+def sent(s, **match):
+    comms = s.slowest.comms + s.slowest.step_comms
+    return sum(
+        c.count * c.comm.bytes_per_device
+        for c in comms
+        if all(getattr(c, k, None) == v or getattr(c.comm, k, None) == v for k, v in match.items())
+    )
+
+
+def test_one_device_plan_is_the_single_device_training_step():
+    single = analyse_train(L8, 2, 4096, ROOF, capacity_bytes=CAP, recompute=SELECTIVE)
+    s = run(L8, Plan(), batch=2, recompute=SELECTIVE)
+    assert [o.result for o in single.ops] == list(s.slowest.ops)
+    assert [o.pass_name for o in single.ops] == list(s.slowest.passes)
+    assert s.time_s == single.totals.time_s
+    assert s.busiest_memory == single.memory
+    t = train_totals(s, L8, 4096, ROOF.peak_flops_per_s)
+    assert (t["hardware_flops"], t["model_flops"], t["mfu"], t["comm_bytes_per_device"]) == (
+        single.totals.flops,
+        single.totals.model_flops,
+        single.totals.mfu,
+        0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("zero", "micro", "expected"),
+    [
+        # ZeRO 0: one all-reduce of the bf16 gradients, 2 (n − 1)/n · 2N bytes per device
+        (0, 1, 2 * 7 / 8 * 2 * N8),
+        # ZeRO 1: reduce-scatter the gradients, all-gather the weights: (n − 1)/n · 2N each
+        (1, 1, 7 / 8 * 2 * N8 + 7 / 8 * 2 * N8),
+        # ZeRO 2 with 4 micro-batches: a reduce-scatter after each, one all-gather a step
+        (2, 4, 4 * 7 / 8 * 2 * N8 + 7 / 8 * 2 * N8),
+        # ZeRO 3: gather the weights for the forward and again for the backward, scatter the
+        # gradients: 3 · (n − 1)/n · 2N, 1.5× the all-reduce (the ZeRO paper's figure)
+        (3, 1, 3 * 7 / 8 * 2 * N8),
+    ],
+)
+def test_data_parallel_sync_of_each_zero_stage(zero, micro, expected):
+    s = run(L8, Plan(dp=8, zero=zero, microbatches=micro), batch=8 * micro)
+    assert s.totals()["comm_bytes_per_device"] == pytest.approx(expected, rel=1e-12)
+    assert s.slowest.comms or zero < 2  # stages 2 and 3 sync every micro-batch
+
+
+def test_zero_three_is_one_and_a_half_all_reduces():
+    zero0 = run(L8, Plan(dp=8, zero=0)).totals()["comm_bytes_per_device"]
+    zero3 = run(L8, Plan(dp=8, zero=3)).totals()["comm_bytes_per_device"]
+    assert zero3 / zero0 == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(
+    ("zero", "weights", "grads", "optimizer"),
+    [
+        (0, 2 * N8, 2 * N8, 12 * N8),  # 16 B a parameter, none of it shared
+        (1, 2 * N8, 2 * N8, 12 * N8 / 8),  # the fp32 master and both Adam moments, 1/8 each
+        (2, 2 * N8, 2 * N8 / 8, 12 * N8 / 8),
+        (3, 2 * N8 / 8, 2 * N8 / 8, 12 * N8 / 8),
+    ],
+)
+def test_zero_shards_the_states_over_the_replicas(zero, weights, grads, optimizer):
+    mem = run(L8, Plan(dp=8, zero=zero)).busiest_memory
+    assert (mem.weights_bytes, mem.gradient_bytes, mem.optimizer_bytes) == pytest.approx(
+        (weights, grads, optimizer), rel=1e-12
+    )
+
+
+def test_expert_weights_sync_over_their_own_group():
+    mix = builtin("mixtral-8x7b")
+    # DP 8 with EP 2: dense weights are held by 8 replicas, each expert by 8/2 = 4
+    s = run(mix, Plan(dp=8, ep=2, zero=1), batch=8)
+    shard = Shard(1, 2, 0, mix.layers)
+    from attnroof.model.training_memory import expert_params
+    from attnroof.model.layers import params
+
+    experts = expert_params(mix, shard)
+    dense = params(mix, shard) - experts
+    assert experts == (mix.params() - dense) / 2  # half the experts on each device
+    mem = s.busiest_memory
+    assert mem.optimizer_bytes == pytest.approx(12 * (dense / 8 + experts / 4))
+    names = {c.comm.name: c.comm for c in s.slowest.step_comms}
+    assert names["gradient reduce-scatter"].devices == 8
+    assert names["expert gradient reduce-scatter"].devices == 4
+    assert names["expert gradient reduce-scatter"].bytes_per_device == pytest.approx(3 / 4 * 2 * experts)
+
+
+def test_tensor_parallel_all_reduces_in_each_pass():
+    s = run(L70, Plan(tp=8), batch=1, recompute=FULL)
+    block = 4096 * 8192 * 2  # one sequence's block output, bf16
+    per = 2 * 7 / 8 * block  # an all-reduce over 8 devices
+    # two a layer forward (g), two backward (f), two more in the recomputed forward
+    for p in ("forward", "backward", "recompute"):
+        assert sent(s, pass_name=p, layer_kind="layer") == pytest.approx(80 * 2 * per)
+    # the ends: the embedding's sum forward, the LM head input's gradient backward, and the
+    # vocab-parallel loss's three fp32 numbers a token
+    assert sent(s, name="embedding all-reduce") == pytest.approx(per)
+    assert sent(s, name="LM head input all-reduce") == pytest.approx(per)
+    assert sent(s, name="loss all-reduce") == pytest.approx(3 * 2 * 7 / 8 * 4096 * 4)
+    plain = run(L70, Plan(tp=8), batch=1)
+    assert sent(plain, pass_name="recompute") == 0
+
+
+def test_sequence_parallel_cuts_every_activation_t_ways():
+    """Korthikanti et al. (2022): with tensor and sequence parallelism together, every tensor a
+    layer keeps is split t ways. Llama-3.1-8B's 8 KV heads, 32 heads, 14,336 MLP width all divide."""
+    one = activation_bytes(L8, 1, 4096, 2, fused=True, recompute="none")
+    for sp in (False, True):
+        cut = activation_bytes(L8, 1, 4096, 2, fused=True, recompute="none", shard=Shard(8, 1, 0, 32, sp))
+        if sp:
+            assert cut["kept_per_layer"] == one["kept_per_layer"] / 8
+        else:  # the norms' and the column GEMMs' inputs (4 × hidden a token) stay whole
+            assert cut["kept_per_layer"] == one["kept_per_layer"] / 8 + 7 / 8 * 4 * 4096 * 4096 * 2
+
+
+def test_pipeline_sends_and_the_micro_batches_each_stage_holds():
+    s = run(L8, Plan(pp=4, microbatches=8), batch=8)
+    act = 4096 * 4096 * 2  # one sequence's hidden states, bf16
+    for i, st in enumerate(s.stages):
+        names = sorted(c.comm.name for c in st.comms)
+        expect = (["activations send"] if i < 3 else []) + (["gradients send"] if i > 0 else [])
+        assert names == sorted(expect)
+        assert all(c.comm.bytes_per_device == act for c in st.comms)
+    # 1F1B: stage i holds min(m, p − i) micro-batches' activations: 4, 3, 2, 1
+    for i, st in enumerate(s.stages):
+        first, stop = st.first, st.stop
+        one = train_memory(L8, 1, 4096, TrainPrecision(), CAP, shard=Shard(1, 1, first, stop)).activation_bytes
+        assert st.memory.activation_bytes == (4 - i) * one
+
+
+def test_overlapped_sync_hides_behind_the_last_backward():
+    s = run(L70, Plan(tp=8, dp=2, overlap=True), batch=2)
+    st = s.slowest
+    backward = sum(o.count * o.time_s for o, p in zip(st.ops, st.passes, strict=True) if p == "backward")
+    assert st.sync_exposed_s == pytest.approx(max(0.0, st.sync_time_s - backward))
+    plain = run(L70, Plan(tp=8, dp=2), batch=2)
+    assert plain.time_s - plain.pipeline_time_s == pytest.approx(plain.slowest.sync_time_s)
+
+
+def test_mixed_layers_keep_each_layer_once():
+    """Gemma 2 alternates windowed and global attention: each kind's rows count for its own layers."""
+    gemma = builtin("gemma-2-9b")
+    parts = activation_bytes(gemma, 1, 4096, 2, fused=True, recompute="none")
+    from attnroof.model.layers import layer_table
+    from attnroof.model.training_memory import saved_bytes
+
+    rows = [i for i in layer_table(gemma) if i.per_layer]
+    layers = sum(i.count * saved_bytes(i, gemma, 1, 4096, 2, fused=True, recompute="none") for i in rows)
+    assert parts["total"] - parts["head"] == layers
+    assert parts["kept_per_layer"] == layers / gemma.layers
+
+
+BASE = ["model", "--model", "llama-3.1-70b", "--phase", "train", "--context", "4096", "--device", "h200"]
+
+
+def test_cli_training_across_devices_json():
+    r = run_cli(*BASE, "--batch", "8", "--tp", "8", "--dp", "4", "--zero", "1", "--recompute", "full", "--json")
+    doc = json.loads(r.stdout)
+    assert doc["phase"] == "train" and doc["parallel"]["zero"] == 1 and doc["parallel"]["devices"] == 32
+    per = doc["memory"]["per_device"]
+    assert per["fits"] is True
+    assert doc["memory"]["fits"] is True
+    assert set(per) >= {"weights_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "total_bytes"}
+    t = doc["totals"]
+    assert t["comm_bytes_per_device"] > 0 and t["comm_time_s"] > 0 and 0 < t["mfu"] < t["hfu"] <= 1
+    passes = {o["pass"] for o in doc["ops"]}
+    assert passes == {"forward", "recompute", "backward", "step"}
+    step = [o for o in doc["ops"] if o["pass"] == "step"]
+    assert [o["operator"] for o in step] == ["reduce-scatter", "all-gather"]
+
+
+def test_cli_training_text_and_trivial_plan():
+    r = run_cli(*BASE, "--batch", "8", "--tp", "8", "--dp", "4", "--zero", "3")
+    assert r.returncode == 0, r.stderr
+    assert "ZeRO 3: weights, gradients and optimizer state sharded" in r.stdout
+    assert "MFU ≤" in r.stdout
+    single = json.loads(run_cli(*BASE[:2], "llama-3.1-8b", *BASE[3:], "--batch", "1", "--json").stdout)
+    multi = json.loads(
+        run_cli(*BASE[:2], "llama-3.1-8b", *BASE[3:], "--batch", "1", "--tp", "1", "--json").stdout
+    )
+    assert multi["memory"]["per_device"] == single["memory"]
+    for key in ("hardware_flops", "model_flops", "time_s", "mfu", "bytes"):
+        assert multi["totals"][key] == single["totals"][key], key
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--zero", "4"], "--zero"),
+        (["--dp", "3"], "--batch 8"),
+        (["--tp", "3"], "--tp 3"),
+    ],
+)
+def test_bad_training_plans_are_one_line(flags, needle):
+    assert_one_line_error(run_cli(*BASE, "--batch", "8", *flags), needle)
