@@ -223,3 +223,22 @@ def test_cli_training_text_and_trivial_plan():
 )
 def test_bad_training_plans_are_one_line(flags, needle):
     assert_one_line_error(run_cli(*BASE, "--batch", "8", *flags), needle)
+
+
+@pytest.mark.parametrize(
+    ("stage", "gb"),
+    [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
+)
+def test_zero_paper_figure_1(stage, gb):
+    """Rajbhandari et al. (2020), figure 1: Ψ = 7.5 B parameters, N_d = 64 devices, K = 12
+    (mixed-precision Adam): 120 GB on each device without ZeRO, 31.4 GB sharding the optimizer
+    state, 16.6 GB with the gradients too, 1.9 GB with the weights too."""
+    from attnroof.model.training_memory import Zero
+
+    z, psi, p = Zero(stage, dp=64), 7.5e9, TrainPrecision()
+    per_device = (
+        z.per_device(psi, 0, 3) * p.weight_itemsize
+        + z.per_device(psi, 0, 2) * p.grad_itemsize
+        + z.per_device(psi, 0, 1) * p.optimizer_bytes_per_param
+    )
+    assert round(per_device / 1e9, 1) == gb
