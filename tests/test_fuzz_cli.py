@@ -267,6 +267,15 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
         if phase == "train":
             if draw(st.booleans()):
                 out += ["--recompute", draw(st.sampled_from(["none", "selective", "full"]))]
+            if draw(st.booleans()):  # across devices, some plans refused (a batch D does not divide)
+                out += [
+                    "--tp",
+                    draw(st.sampled_from(["1", "2", "8"])),
+                    "--dp",
+                    draw(st.sampled_from(["1", "2", "4"])),
+                ]
+                out += ["--zero", draw(st.sampled_from(["0", "1", "2", "3"]))]
+                out += _flag(draw, "--overlap") + _flag(draw, "--sp")
         else:
             if draw(st.booleans()):
                 out += ["--sweep-batch", draw(st.sampled_from(["1,8,64", "1..256", "2"]))]

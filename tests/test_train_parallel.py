@@ -11,10 +11,20 @@ import pytest
 
 from attnroof.devices.links import Links
 from attnroof.model.config import builtin
+from attnroof.model.layers import layer_table, params
 from attnroof.model.parallel import Plan, Shard
 from attnroof.model.train_spread import train_spread, train_totals
 from attnroof.model.training import analyse_train
-from attnroof.model.training_memory import FULL, SELECTIVE, TrainPrecision, activation_bytes, train_memory
+from attnroof.model.training_memory import (
+    FULL,
+    SELECTIVE,
+    TrainPrecision,
+    Zero,
+    activation_bytes,
+    expert_params,
+    saved_bytes,
+    train_memory,
+)
 from attnroof.roofline import Roof
 from conftest import assert_one_line_error, run_cli
 
@@ -101,9 +111,6 @@ def test_expert_weights_sync_over_their_own_group():
     # DP 8 with EP 2: dense weights are held by 8 replicas, each expert by 8/2 = 4
     s = run(mix, Plan(dp=8, ep=2, zero=1), batch=8)
     shard = Shard(1, 2, 0, mix.layers)
-    from attnroof.model.training_memory import expert_params
-    from attnroof.model.layers import params
-
     experts = expert_params(mix, shard)
     dense = params(mix, shard) - experts
     assert experts == (mix.params() - dense) / 2  # half the experts on each device
@@ -154,7 +161,9 @@ def test_pipeline_sends_and_the_micro_batches_each_stage_holds():
     # 1F1B: stage i holds min(m, p − i) micro-batches' activations: 4, 3, 2, 1
     for i, st in enumerate(s.stages):
         first, stop = st.first, st.stop
-        one = train_memory(L8, 1, 4096, TrainPrecision(), CAP, shard=Shard(1, 1, first, stop)).activation_bytes
+        one = train_memory(
+            L8, 1, 4096, TrainPrecision(), CAP, shard=Shard(1, 1, first, stop)
+        ).activation_bytes
         assert st.memory.activation_bytes == (4 - i) * one
 
 
@@ -171,9 +180,6 @@ def test_mixed_layers_keep_each_layer_once():
     """Gemma 2 alternates windowed and global attention: each kind's rows count for its own layers."""
     gemma = builtin("gemma-2-9b")
     parts = activation_bytes(gemma, 1, 4096, 2, fused=True, recompute="none")
-    from attnroof.model.layers import layer_table
-    from attnroof.model.training_memory import saved_bytes
-
     rows = [i for i in layer_table(gemma) if i.per_layer]
     layers = sum(i.count * saved_bytes(i, gemma, 1, 4096, 2, fused=True, recompute="none") for i in rows)
     assert parts["total"] - parts["head"] == layers
@@ -184,13 +190,21 @@ BASE = ["model", "--model", "llama-3.1-70b", "--phase", "train", "--context", "4
 
 
 def test_cli_training_across_devices_json():
-    r = run_cli(*BASE, "--batch", "8", "--tp", "8", "--dp", "4", "--zero", "1", "--recompute", "full", "--json")
+    r = run_cli(
+        *BASE, "--batch", "8", "--tp", "8", "--dp", "4", "--zero", "1", "--recompute", "full", "--json"
+    )
     doc = json.loads(r.stdout)
     assert doc["phase"] == "train" and doc["parallel"]["zero"] == 1 and doc["parallel"]["devices"] == 32
     per = doc["memory"]["per_device"]
     assert per["fits"] is True
     assert doc["memory"]["fits"] is True
-    assert set(per) >= {"weights_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes", "total_bytes"}
+    assert set(per) >= {
+        "weights_bytes",
+        "gradient_bytes",
+        "optimizer_bytes",
+        "activation_bytes",
+        "total_bytes",
+    }
     t = doc["totals"]
     assert t["comm_bytes_per_device"] > 0 and t["comm_time_s"] > 0 and 0 < t["mfu"] < t["hfu"] <= 1
     passes = {o["pass"] for o in doc["ops"]}
@@ -233,8 +247,6 @@ def test_zero_paper_figure_1(stage, gb):
     """Rajbhandari et al. (2020), figure 1: Ψ = 7.5 B parameters, N_d = 64 devices, K = 12
     (mixed-precision Adam): 120 GB on each device without ZeRO, 31.4 GB sharding the optimizer
     state, 16.6 GB with the gradients too, 1.9 GB with the weights too."""
-    from attnroof.model.training_memory import Zero
-
     z, psi, p = Zero(stage, dp=64), 7.5e9, TrainPrecision()
     per_device = (
         z.per_device(psi, 0, 3) * p.weight_itemsize

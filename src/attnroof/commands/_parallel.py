@@ -100,6 +100,11 @@ def run_parallel(job: Any) -> int:
         )
     links = links_of(args, job.device)
     plan = plan_of(args)
+    if plan.zero and (plan.dp == 1 or args.fit):
+        raise InputError(
+            f"--zero {plan.zero} shards over data-parallel replicas: give --dp 2 or more (not with --fit)",
+            param="--zero",
+        )
 
     def run(p: Plan) -> Spread:
         if args.phase == "train":

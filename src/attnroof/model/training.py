@@ -299,7 +299,6 @@ class TrainTotals:
     def flops(self) -> float:
         return sum(self.flops_by_pass.values())
 
-
     @property
     def mfu(self) -> float:
         return self.model_flops / (self.time_s * self.peak_flops_per_s)
