@@ -428,3 +428,23 @@ def test_calibrate_never_overwrites_measurements_or_foreign_files(tmp_path: Path
         assert run_cli("calibrate", str(results), "-o", str(cal)).returncode == 0
     assert run_cli("calibrate", str(results), "-o", str(other), "--force").returncode == 0
     assert json.loads(other.read_text())["format"] == "attnroof-calibration/1"
+
+
+def test_model_forecast_across_devices(cal_file):
+    """A plan's forecast: the device's own kernels forecast on its shard, plus its collectives at
+    their link-roof time; one device's plan is the single-device forecast."""
+    base = ["model", "--model", "llama-3.1-8b", "--context", "8192", "--batch", "8", "--device", "h200",
+            "--calibration", str(cal_file), "--json"]  # fmt: skip
+    single = run_cli(*base).json()["predicted"]
+    one = run_cli(*base, "--tp", "1").json()["predicted"]
+    assert one["time_s"] == pytest.approx(single["time_s"], rel=1e-12) and one["comm_time_s"] == 0
+    out = run_cli(*base, "--tp", "8").json()
+    pred = out["predicted"]
+    kernels = sum(o["count"] * o["time_s"] for o in pred["ops"])
+    assert pred["time_s"] == pytest.approx(kernels + out["totals"]["comm_time_s"])
+    assert pred["comm_time_s"] == out["totals"]["comm_time_s"] > 0
+    assert pred["bound_time_s"] == out["totals"]["time_s"] < pred["time_s"]
+    gemm = next(o for o in pred["ops"] if o["name"] == "gate/up projection")
+    assert gemm["time_s"] < next(o for o in single["ops"] if o["name"] == "gate/up projection")["time_s"]
+    train = run_cli(*base[:-1], "--phase", "train", "--tp", "2")
+    assert_one_line_error(train, "--phase train")

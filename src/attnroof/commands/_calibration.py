@@ -101,3 +101,67 @@ def step_text(pred: dict[str, Any], bound_s: float, batch: int, decode: bool) ->
         OpForecast(o["name"], o["count"], o["time_s"], o["low_s"], o["high_s"], o["by"]) for o in pred["ops"]
     ]
     return step_forecast_text(ops, bound_s, batch, decode)
+
+
+def spread_step(
+    args: argparse.Namespace, cal: Any, model: Any, s: Any, prec: Any, fused: bool
+) -> dict[str, Any]:
+    """The calibrated forecast of a plan (:class:`attnroof.model.spread.Spread`): each stage's
+    kernels forecast on that device's shard (its heads, its cut GEMMs), the collectives at their
+    link-roof time (links are not calibrated: an NCCL measurement would be), and the pipeline's
+    schedule over the stages: Σ stages + (m − 1) · the slowest, each layer kind's kernels and
+    collectives added, or the larger of the two with ``--overlap``."""
+    from attnroof.calibration.forecast import step_forecast
+    from attnroof.model.costs import model_ops
+    from attnroof.model.layers import layer_table
+    from attnroof.model.parallel import Shard
+
+    plan = s.plan
+    micro = args.batch // plan.dp // plan.microbatches
+    stages: list[dict[str, Any]] = []
+    ops_json: list[dict[str, Any]] = []
+    for st in s.stages:
+        shard = Shard(plan.tp, plan.ep, st.first, st.stop, plan.sp)
+        ops = model_ops(
+            model, args.phase, micro, args.context, prec, fused=fused, routing=args.routing,
+            latent_form=args.mla, shard=shard,
+        )  # fmt: skip
+        attn = next((i for i in layer_table(model, shard) if i.operator == "attention"), None)
+        heads = model.heads if attn is None else attn.shape["group"] * attn.shape["kv_heads"]
+        group = model.group if attn is None else attn.shape["group"]
+        fcs = step_forecast(
+            cal, ops, phase=args.phase, context=args.context, head_dim=model.head_dim, impl=args.impl,
+            decode_shape={"batch": micro, "heads": heads, "group": group},
+        )  # fmt: skip
+        times = {a: _stage_time(ops, fcs, st.comms, plan.overlap, a) for a in ("time_s", "low_s", "high_s")}
+        stages.append({"layers": [st.first, st.stop], **times})
+        if st is s.slowest:
+            ops_json = [f.to_json() for f in fcs]
+
+    def step(attr: str) -> float:
+        times = [st[attr] for st in stages]
+        return sum(times) + (plan.microbatches - 1) * max(times)
+
+    total = step("time_s")
+    return {
+        "time_s": total,
+        "low_s": step("low_s"),
+        "high_s": step("high_s"),
+        "tokens_per_s": args.batch / total if args.phase == "decode" else None,
+        "bound_time_s": s.time_s,
+        "comm_time_s": s.totals()["comm_time_s"],
+        "comm_by": "link roof (links not calibrated)",
+        "stages": stages,
+        "ops": ops_json,
+    }
+
+
+def _stage_time(ops: Any, fcs: Any, comms: Any, overlap: bool, attr: str) -> float:
+    """One stage's forecast (``attr``: the expected time or an end of its band): per layer kind,
+    the kernels' forecast and the collectives' link time added, or the larger with overlap."""
+    total = 0.0
+    for k in dict.fromkeys([o.layer_kind for o in ops] + [c.layer_kind for c in comms]):
+        kernels = sum(f.count * getattr(f, attr) for o, f in zip(ops, fcs, strict=True) if o.layer_kind == k)
+        links = sum(c.count * c.time_s for c in comms if c.layer_kind == k)
+        total += max(kernels, links) if overlap else kernels + links
+    return total

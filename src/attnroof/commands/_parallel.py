@@ -89,9 +89,10 @@ def links_of(args: argparse.Namespace, dev: Device) -> Links:
 def run_parallel(job: Any) -> int:
     """Dispatch ``model`` with parallel flags: one plan, a TP sweep or the smallest fit."""
     args = job.args
-    if getattr(args, "calibration", None):
+    if getattr(args, "calibration", None) and (args.phase == "train" or args.fit or args.sweep_tp):
         raise InputError(
-            "--calibration forecasts one device's kernels; it cannot be combined with the parallel flags yet",
+            "--calibration forecasts one plan's prefill or decode kernels: not with --phase train "
+            "(its backward kernels are not calibrated), --fit or --sweep-tp",
             param="--calibration",
         )
     if args.sweep_batch:
@@ -210,12 +211,23 @@ def head_of(job: Any) -> dict[str, Any]:
 
 
 def _emit(job: Any, s: Spread, links: Links) -> int:
-    if job.args.json:
-        emit_json({**head_of(job), **spread_json(job, s, links)})
+    from attnroof.commands import _calibration
+
+    a = job.args
+    cal = _calibration.load(a, job.device, job.dt)
+    pred = None if cal is None else _calibration.spread_step(a, cal, job.model, s, job.prec, job.fused)
+    if a.json:
+        emit_json(
+            {**head_of(job), **spread_json(job, s, links)} | ({} if pred is None else {"predicted": pred})
+        )
         return 0
     from attnroof.text.parallel import spread_text
 
     print(spread_text(job.setting, s, links, text_setting(job)))
+    if pred is not None:
+        from attnroof.text.parallel import forecast_text
+
+        print("\n" + forecast_text(pred, a.batch, a.phase == "decode"))
     return 0
 
 

@@ -105,9 +105,17 @@ def forecast_lines(forecasts: Sequence[Forecast], bound_s: float, cal: Calibrati
     return "\n".join(lines)
 
 
+def forecast_rows(ops: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Forecast operators (their JSON) as rows: name, runs, one run's time, all runs', how."""
+    return [
+        [o["name"], o["count"], duration(o["time_s"]), duration(o["count"] * o["time_s"]), o["by"]]
+        for o in ops
+    ]
+
+
 def step_forecast_text(ops: Sequence[OpForecast], bound_s: float, batch: int, decode: bool) -> str:
     total = sum(o.count * o.time_s for o in ops)
-    rows = [[o.name, o.count, duration(o.time_s), duration(o.count * o.time_s), o.by] for o in ops]
+    rows = forecast_rows([o.to_json() for o in ops])
     speed = f", {batch / total:,.0f} tokens/s" if decode else ""
     return "\n".join(
         [

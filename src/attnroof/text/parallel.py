@@ -183,3 +183,20 @@ def fit_text(
             spread_text(setting, best, links, head),
         ]
     )
+
+
+def forecast_text(pred: dict[str, Any], batch: int, decode: bool) -> str:
+    """The calibrated forecast of a plan: its slowest stage's kernels, and the step."""
+    from attnroof.text.calibration import forecast_rows
+
+    total, bound = pred["time_s"], pred["bound_time_s"]
+    speed = f", {batch / total:,.0f} tokens/s" if decode else ""
+    return "\n".join(
+        [
+            "calibrated forecast per operator (one device of the slowest stage, one micro-batch):",
+            table(["operator", "runs", "time", "total", "forecast by"], forecast_rows(pred["ops"])),
+            f"collectives at their link-roof time: {duration(pred['comm_time_s'])} (links are not calibrated)",
+            f"step: forecast {duration(total)}{speed} (bound {duration(bound)}, {total / bound:.2f}× the bound; "
+            f"{duration(pred['low_s'])} to {duration(pred['high_s'])})",
+        ]
+    )
