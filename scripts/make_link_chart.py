@@ -1,6 +1,8 @@
 """Regenerate the README's link roofline, ``docs/link-roofline-70b.png``: Llama-3.1-70B on H200s,
 decode (batch 8 at 8k tokens) and prefill (one 8k prompt), tensor parallelism over 2 to 16
-devices (16 crosses the 8-GPU NVLink domain onto the network).
+devices (16 crosses the 8-GPU NVLink domain onto the network), and a training step (one 8k
+sequence, full recomputation: the forward, recomputed forward and backward passes, each with its
+all-reduces) at TP 8 and 16.
 
     python scripts/make_link_chart.py            # from the repository root
 """
@@ -17,6 +19,7 @@ from attnroof.devices import get_device  # noqa: E402
 from attnroof.model.config import builtin  # noqa: E402
 from attnroof.model.parallel import Plan  # noqa: E402
 from attnroof.model.spread import spread  # noqa: E402
+from attnroof.model.train_spread import train_spread  # noqa: E402
 from attnroof.plot import save_figure, use_agg  # noqa: E402
 from attnroof.plot.links import link_roofline_figure  # noqa: E402
 from attnroof.roofline import Roof  # noqa: E402
@@ -35,6 +38,11 @@ def main() -> int:
                 model, phase, batch, 8192, roof, dev.links, Plan(tp=tp), capacity_bytes=dev.capacity_bytes
             )
             runs.append((f"{phase} TP {tp}", s))
+    for tp in (8, 16):
+        s = train_spread(
+            model, 1, 8192, roof, dev.links, Plan(tp=tp), capacity_bytes=dev.capacity_bytes, recompute="full"
+        )
+        runs.append((f"train TP {tp}", s))
     fig = link_roofline_figure(
         roof, dev.links, runs, "Llama-3.1-70B on H200s: one layer per plan on the link roofs"
     )
