@@ -231,6 +231,8 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
     merged = [replace(row, count=counts[k]) for k, row in first_rows.items()]
     inputs = input_rows(model) if first == 0 else []
     head = head_rows(model) if last == len(windows) else []
+    if first > 0 and model.tied:  # a pipeline's last stage keeps its own copy of a tied table
+        head = [replace(r, params=r.params_read) if r.split == VOCAB else r for r in head]
     return (*inputs, *merged, *head)
 
 

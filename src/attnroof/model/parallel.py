@@ -124,6 +124,15 @@ def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
         )
 
 
+def check_sequence_split(plan: Plan, tokens: int) -> None:
+    """Sequence parallelism cuts a micro-batch's ``tokens`` over the TP group: they must divide."""
+    if plan.sp and tokens % plan.tp:
+        raise InputError(
+            f"--sp: a micro-batch's {tokens:,} tokens do not split evenly over --tp {plan.tp} devices",
+            param="--sp",
+        )
+
+
 def stages(layers: int, pp: int) -> list[tuple[int, int]]:
     """Contiguous layer ranges of ``pp`` stages, the first ``layers mod pp`` one layer longer.
 

@@ -2,15 +2,17 @@
 its collectives on the link roof, and the pipeline's schedule over them.
 
     stage time (one micro-batch)  = Σ ops max(F/P, bytes/B) + Σ collectives (steps·α + sent/β)
-                      overlapped  = Σ over layer kinds max(compute, communication)
+                      overlapped  = Σ over layer kinds (and passes) the longest of the kernels
+                                    and each link's collectives
     step time                     = Σ stages + (m − 1) · slowest stage        (m micro-batches)
                                     + the once-a-step collectives left exposed (training's
-                                    data-parallel gradient sync; overlapped: what outlasts one
-                                    micro-batch's backward pass)
+                                    data-parallel sync; overlapped: what outlasts the idle
+                                    link time of the pass that can hide it)
     pipeline bubble               = (p − 1)/(m + p − 1) of the pipeline, for equal stages
 
 Per-device figures are the slowest stage's device (the one that sets the pace). The collectives
-a stage adds (:func:`stage_comms`) follow :mod:`attnroof.model.parallel`'s layout.
+a stage adds are built in :mod:`attnroof.model.comms` (:mod:`attnroof.model.train_spread` for a
+training step's), on :mod:`attnroof.model.parallel`'s layout.
 """
 
 from __future__ import annotations
@@ -19,131 +21,16 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from attnroof.devices.links import Link, Links
+from attnroof.devices.links import Links
 from attnroof.model.analysis import OpResult, place_op
+from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, stage_comms
 from attnroof.model.config import ModelConfig
 from attnroof.model.costs import model_ops
-from attnroof.model.layers import DECODE, EMBEDDING, HEAD, LAYER, PREFILL, Precision, Step, layer_table
+from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
-from attnroof.model.parallel import Plan, Shard, check_plan, group_link, stages
-from attnroof.model.train_options import BACKWARD
+from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, stages
 from attnroof.model.training_memory import TrainMemory
-from attnroof.ops import collectives as coll
-from attnroof.ops.collectives import Comm
 from attnroof.roofline import COMPUTE, MEMORY, Roof
-
-LINK = "link"
-PIPELINE = "pipeline"
-
-
-@dataclass(frozen=True, slots=True)
-class CommOp:
-    """One collective of a stage: a run's bytes, how many runs a micro-batch makes, its link."""
-
-    comm: Comm
-    count: int
-    link: Link
-    layer_kind: str
-    pass_name: str = ""
-    """Training: the pass that runs it (forward, recompute, backward, or once a step)."""
-
-    @property
-    def time_s(self) -> float:
-        link = self.link
-        return float(self.comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.comm.name,
-            "count": self.count,
-            "flops": 0.0,
-            "bytes": 0.0,
-            "comm_bytes": float(self.comm.bytes_per_device),
-            "message_bytes": float(self.comm.message_bytes),
-            "devices": self.comm.devices,
-            "link": self.link.kind,
-            "time_s": self.time_s,
-            "limiter": LINK,
-            "total_time_s": self.count * self.time_s,
-            "layer_kind": self.layer_kind,
-            "operator": self.comm.collective,
-            **({"pass": self.pass_name} if self.pass_name else {}),
-        }
-
-
-def block_reduce(
-    block: float, t: int, link: Link, kind: str, count: int, *, sp: bool, name: str, pass_name: str = ""
-) -> list[CommOp]:
-    """A tensor-parallel block's sum over its ``t`` devices: an all-reduce of ``block`` bytes,
-    or, with sequence parallelism, a reduce-scatter and an all-gather of the same size."""
-    if sp:
-        return [
-            CommOp(coll.reduce_scatter(block, t, name=f"{name} (RS)"), count, link, kind, pass_name),
-            CommOp(coll.all_gather(block, t, name=f"{name} (AG)"), count, link, kind, pass_name),
-        ]
-    return [CommOp(coll.all_reduce(block, t, name=name), count, link, kind, pass_name)]
-
-
-def expert_exchange(
-    model: ModelConfig,
-    plan: Plan,
-    shard: Shard,
-    tokens: float,
-    itemsize: float,
-    links: Links,
-    pass_name: str = "",
-) -> list[CommOp]:
-    """Expert parallelism's all-to-all dispatch and combine, once each per MoE layer of the
-    stage: each routed token's hidden vector to its expert's device and back."""
-    moe = sum(model.layer_is_moe()[shard.first : shard.stop])
-    if plan.ep == 1 or not moe or model.experts is None:
-        return []
-    link = group_link(links, plan.ep, plan.tp, f"--ep {plan.ep}")
-    routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp  # 1/t per TP rank
-    kind = next(i.layer_kind for i in layer_table(model) if i.operator == "experts")
-    return [
-        CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind, pass_name)
-        for name in ("expert dispatch", "expert combine")
-    ]
-
-
-def stage_send(
-    model: ModelConfig,
-    plan: Plan,
-    tokens: float,
-    itemsize: float,
-    links: Links,
-    name: str,
-    pass_name: str = "",
-) -> CommOp:
-    """A pipeline stage's activations (or their gradients) to its neighbour."""
-    link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
-    activations = tokens * model.hidden * itemsize / (plan.tp if plan.sp else 1)
-    return CommOp(coll.send_recv(activations, 2, name=name), 1, link, PIPELINE, pass_name)
-
-
-def stage_comms(
-    model: ModelConfig, plan: Plan, shard: Shard, step: Step, links: Links, *, last: bool
-) -> list[CommOp]:
-    """The collectives one device of ``shard`` runs in one micro-batch's ``step``."""
-    out: list[CommOp] = []
-    n, item = step.tokens(), step.prec.itemsize
-    layers = shard.stop - shard.first
-    t = plan.tp
-    if t > 1:
-        link = group_link(links, t, 1, f"--tp {t}")
-        block = n * model.hidden * item  # a block's output, summed over the TP group
-        if shard.first == 0:
-            out += block_reduce(block, t, link, EMBEDDING, 1, sp=plan.sp, name="embedding all-reduce")
-        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="attention all-reduce")
-        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="MLP all-reduce")
-        if last:  # the last tokens' logits, V/t of them on each device, gathered whole
-            logits = step.tokens("last") * model.vocab * item
-            out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))
-    out += expert_exchange(model, plan, shard, n, item, links)
-    if plan.pp > 1 and not last:
-        out.append(stage_send(model, plan, n, item, links, "stage send"))
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,13 +56,28 @@ class StageResult:
     def comm_time_s(self) -> float:
         return sum(c.count * c.time_s for c in self.comms)
 
+    def _by_pass(self) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], dict[str, float]]]:
+        """Kernel time per (pass, layer kind), and collective time per (pass, layer kind) per link."""
+        compute: dict[tuple[str, str], float] = {}
+        comm: dict[tuple[str, str], dict[str, float]] = {}
+        for o, p in zip(self.ops, self.passes or ("",) * len(self.ops), strict=True):
+            compute[p, o.layer_kind] = compute.get((p, o.layer_kind), 0.0) + o.count * o.time_s
+        for c in self.comms:
+            links = comm.setdefault((c.pass_name, c.layer_kind), {})
+            links[c.link.kind] = links.get(c.link.kind, 0.0) + c.count * c.time_s
+        return compute, comm
+
     @property
     def time_s(self) -> float:
-        """Compute then communication, or, overlapped, the larger of the two per layer kind."""
+        """Compute then communication, or, overlapped, per layer kind and pass the longest of the
+        kernels and each link's collectives (a forward's collectives hide behind the forward's
+        kernels, a backward's behind the backward's; two links carry their traffic at once)."""
         if not self.overlap:
             return self.compute_time_s + self.comm_time_s
-        kinds = {o.layer_kind for o in self.ops} | {c.layer_kind for c in self.comms}
-        return sum(max(self._compute(k), self._comm(k)) for k in kinds)
+        compute, comm = self._by_pass()
+        return sum(
+            max([compute.get(k, 0.0), *comm.get(k, {}).values()]) for k in compute.keys() | comm.keys()
+        )
 
     @property
     def sync_time_s(self) -> float:
@@ -184,14 +86,29 @@ class StageResult:
 
     @property
     def sync_exposed_s(self) -> float:
-        """What the step waits for them: all of it, or, overlapped (gradients sent in buckets as
-        the backward pass produces them), what outlasts the last micro-batch's backward pass."""
+        """What the step waits for them: all of it, or, overlapped, what outlasts the time their
+        link idles during the pass that can hide them: the gradients' sync (sent in buckets as
+        the backward pass produces them) the last micro-batch's backward; the updated weights'
+        all-gather, which waits for the optimizer, the next step's first forward (Megatron-LM's
+        overlapped parameter gather)."""
         if not self.overlap or not self.step_comms:
             return self.sync_time_s
-        backward = sum(
-            o.count * o.time_s for o, p in zip(self.ops, self.passes, strict=True) if p == BACKWARD
-        )
-        return max(0.0, self.sync_time_s - backward)
+        compute, comm = self._by_pass()
+        exposed = 0.0
+        for kind, hidden_by in SYNC_HIDDEN_BY.items():
+            for link in {c.link.kind for c in self.step_comms if c.layer_kind == kind}:
+                sync = sum(
+                    c.count * c.time_s
+                    for c in self.step_comms
+                    if c.layer_kind == kind and c.link.kind == link
+                )
+                idle = sum(
+                    max(0.0, t - comm.get((p, k), {}).get(link, 0.0))
+                    for (p, k), t in compute.items()
+                    if p == hidden_by
+                )
+                exposed += max(0.0, sync - idle)
+        return exposed
 
     def _compute(self, kind: str) -> float:
         return sum(o.count * o.time_s for o in self.ops if o.layer_kind == kind)
@@ -309,6 +226,7 @@ def spread(
     p = prec or Precision()
     replica = batch // plan.dp
     micro = replica // plan.microbatches
+    check_sequence_split(plan, micro if phase == DECODE else micro * context)
     ranges = stages(model.layers, plan.pp)
     out = []
     for i, (first, stop) in enumerate(ranges):

@@ -9,33 +9,43 @@ Collectives of one device, per micro-batch unless marked *step* (once, after the
     TP           forward             2 per layer: after the attention and   tokens · hidden · a
                                      the MLP block (Megatron-LM's g)
                  backward            2 per layer: before each block (f, g's
-                                     conjugate); sequence parallel: each
-                                     all-reduce a reduce-scatter + an
-                                     all-gather, both passes
+                                     conjugate)
                  recompute (full)    the forward's again
+                 sequence parallel   each all-reduce a reduce-scatter + an
+                                     all-gather, both passes; the backward
+                                     gathers each block's input once more
+                                     (only its 1/t is kept, for dW)
                  forward, stage 0    the vocab-parallel embedding's sum     tokens · hidden · a
                  forward, last       the vocab-parallel loss: row max, Σ    tokens · 4, three times
                                      exp, the target's logit (fp32)
                  backward, last      the LM head input's gradient           tokens · hidden · a
-    EP           forward, backward   all-to-all dispatch and combine per    tokens · top_k · hidden · a / t
-                 (+ recompute)       MoE layer
+    EP           every pass          all-to-all dispatch and combine per    tokens · top_k · hidden · a / t
+                                     MoE layer
     PP           forward / backward  activations to the next stage (all     tokens · hidden · a
                                      but the last) / their gradients to
                                      the previous (all but the first)
+                 step                a tied embedding: the first and last   V/t · hidden · g
+                                     stages' gradients summed
     DP  ZeRO 0   step                all-reduce of the gradients            N · g
         ZeRO 1   step                reduce-scatter of the gradients, all-  N · g, N · w
                                      gather of the updated weights
         ZeRO 2   micro-batch; step   reduce-scatter (no device keeps a      N · g; N · w
                                      whole gradient to accumulate into);
                                      all-gather of the updated weights
-        ZeRO 3   micro-batch         all-gather of the weights before the   N · w (×2, ×3 with full
-                                     forward and again before the           recompute), N · g
-                                     backward; reduce-scatter of gradients
+        ZeRO 3   micro-batch         all-gather of the weights before the   N · w twice, N · g
+                                     forward and again before the
+                                     backward (a recomputation runs in the
+                                     backward, on those); reduce-scatter
+                                     of the gradients
 
 (``a`` the activation bytes, ``N`` the device's parameters of its TP/PP shard, ``g`` and ``w`` the
 gradient and weight bytes.) At one micro-batch ZeRO 1 and 2 send what an all-reduce sends, and
 ZeRO 3 half as much again, the ZeRO paper's 1.5× (Rajbhandari et al. 2020, section 7). Expert
-weights sync over their own group: the ``dp/ep`` replicas that hold the same experts.
+weights sync over their own group: the ``dp/ep`` replicas that hold the same experts. ZeRO 2 and
+3 under a pipeline sync every micro-batch (DeepSpeed refuses the pairing; FSDP with a pipeline,
+as torchtitan runs it, pays this unless it keeps the weights gathered between micro-batches).
+With ``--overlap`` a pass's collectives hide behind that pass's kernels, the gradients' sync
+behind the last backward, and ZeRO 1 and 2's weight all-gather behind the next step's forward.
 
 Memory per device: the shard's parameters with ZeRO's cuts (:class:`Zero`), and the activations
 of the micro-batches a stage holds under the 1F1B schedule — stage ``i`` of ``p`` keeps
@@ -48,10 +58,18 @@ from typing import Any
 
 from attnroof.devices.links import Links
 from attnroof.model.analysis import place_op
+from attnroof.model.comms import (
+    GRADIENT_SYNC,
+    WEIGHT_GATHER,
+    CommOp,
+    block_reduce,
+    expert_exchange,
+    stage_send,
+)
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
-from attnroof.model.parallel import Plan, Shard, check_plan, group_link, stages
-from attnroof.model.spread import CommOp, Spread, StageResult, block_reduce, expert_exchange, stage_send
+from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, group_link, stages
+from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
 from attnroof.model.training import model_flops, train_ops
 from attnroof.model.training_memory import FULL, NONE, TrainPrecision, Zero, expert_params, train_memory
@@ -61,8 +79,6 @@ from attnroof.roofline import Roof
 
 STEP = "step"
 """The pass name of the once-a-step collectives."""
-DATA_PARALLEL = "data parallel"
-"""The layer kind of the data-parallel sync."""
 LOSS_REDUCTIONS = 3
 """Vocab-parallel cross-entropy's all-reduces per token: the row max, Σ exp, the target's logit."""
 ZERO_STAGES = (0, 1, 2, 3)
@@ -102,11 +118,19 @@ def tp_comms(
     if recompute == FULL:
         per_layer(RECOMPUTE_PASS)
     per_layer(BACKWARD)
+    if plan.sp:  # each column GEMM's input kept as its 1/t, gathered again for dW
+        for what in ("attention", "MLP"):
+            gather = coll.all_gather(block, t, name=f"{what} input again (AG)")
+            out.append(CommOp(gather, layers, link, LAYER, BACKWARD))
     if last:
         loss = coll.all_reduce(tokens * FP32_BYTES, t, name="loss all-reduce")
         out.append(CommOp(loss, LOSS_REDUCTIONS, link, HEAD, FORWARD))
-        if plan.sp:  # the head's input gathered from its sequence shards; its gradient scattered back
+        if (
+            plan.sp
+        ):  # the head's input gathered from its sequence shards, again for dW; its gradient scattered
             out.append(CommOp(coll.all_gather(block, t, name="LM head input (AG)"), 1, link, HEAD, FORWARD))
+            again = coll.all_gather(block, t, name="LM head input again (AG)")
+            out.append(CommOp(again, 1, link, HEAD, BACKWARD))
             out.append(
                 CommOp(coll.reduce_scatter(block, t, name="LM head input (RS)"), 1, link, HEAD, BACKWARD)
             )
@@ -118,7 +142,7 @@ def tp_comms(
 
 
 def dp_comms(
-    model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links, *, recompute: str
+    model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links
 ) -> tuple[list[CommOp], list[CommOp]]:
     """The data-parallel sync of one device's parameters: (per micro-batch, once a step)."""
     micro: list[CommOp] = []
@@ -137,20 +161,31 @@ def dp_comms(
         scatter = coll.reduce_scatter(grads, d, name=f"{whose}gradient reduce-scatter")
         gather = coll.all_gather(weights, d, name=f"{whose}weight all-gather")
         if plan.zero == 0:
-            step.append(CommOp(reduce_, 1, link, DATA_PARALLEL, STEP))
+            step.append(CommOp(reduce_, 1, link, GRADIENT_SYNC, STEP))
         elif plan.zero == 1:
             step += [
-                CommOp(scatter, 1, link, DATA_PARALLEL, STEP),
-                CommOp(gather, 1, link, DATA_PARALLEL, STEP),
+                CommOp(scatter, 1, link, GRADIENT_SYNC, STEP),
+                CommOp(gather, 1, link, WEIGHT_GATHER, STEP),
             ]
         elif plan.zero == 2:
             micro.append(CommOp(scatter, 1, link, LAYER, BACKWARD))
-            step.append(CommOp(gather, 1, link, DATA_PARALLEL, STEP))
-        else:
-            passes = (FORWARD, RECOMPUTE_PASS, BACKWARD) if recompute == FULL else (FORWARD, BACKWARD)
-            micro += [CommOp(gather, 1, link, LAYER, p) for p in passes]
+            step.append(CommOp(gather, 1, link, WEIGHT_GATHER, STEP))
+        else:  # a layer's recomputation runs inside its backward, on the weights gathered for it
+            micro += [CommOp(gather, 1, link, LAYER, p) for p in (FORWARD, BACKWARD)]
             micro.append(CommOp(scatter, 1, link, LAYER, BACKWARD))
     return micro, step
+
+
+def tied_embedding_sync(
+    model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links, *, last: bool
+) -> list[CommOp]:
+    """A tied embedding across a pipeline: the first stage's table and the last stage's copy (as
+    Megatron-LM keeps one) sum their gradients once a step, an all-reduce between the two."""
+    if not model.tied or plan.pp == 1 or not (shard.first == 0 or last):
+        return []
+    link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
+    grads = -(-model.vocab // plan.tp) * model.hidden * prec.grad_itemsize
+    return [CommOp(coll.all_reduce(grads, 2, name="tied embedding all-reduce"), 1, link, GRADIENT_SYNC, STEP)]
 
 
 def train_spread(
@@ -180,6 +215,7 @@ def train_spread(
     check_plan(model, plan, batch)
     p = prec or TrainPrecision()
     micro = batch // plan.dp // plan.microbatches
+    check_sequence_split(plan, micro * context)
     zero = Zero(plan.zero, plan.dp, plan.ep)
     out = []
     ranges = stages(model.layers, plan.pp)
@@ -197,7 +233,8 @@ def train_spread(
             comms.append(stage_send(model, plan, tokens, p.itemsize, links, "activations send", FORWARD))
         if plan.pp > 1 and i > 0:
             comms.append(stage_send(model, plan, tokens, p.itemsize, links, "gradients send", BACKWARD))
-        micro_sync, step_sync = dp_comms(model, plan, shard, p, links, recompute=recompute)
+        micro_sync, step_sync = dp_comms(model, plan, shard, p, links)
+        step_sync += tied_embedding_sync(model, plan, shard, p, links, last=last)
         mem = train_memory(
             model, micro, context, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
             zero=zero, in_flight=min(plan.microbatches, plan.pp - i),

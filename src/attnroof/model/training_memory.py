@@ -167,7 +167,8 @@ def activation_bytes(
 ) -> dict[str, Num]:
     """Activation bytes a training step keeps: ``kept_per_layer`` (what a layer keeps between
     its forward and its backward pass, the mean over the layers), ``head`` (the final norm's
-    and the LM head's inputs, and the logits) and ``total``. With a ``shard``: one device's
+    and the LM head's inputs, and the logits), ``working`` (full recomputation: the largest
+    layer's saved tensors while it is recomputed) and ``total``. With a ``shard``: one device's
     stage of a parallel plan, its tensors cut as its rows are."""
     table = layer_table(model, shard)
     layer_rows = [i for i in table if i.per_layer]
@@ -182,6 +183,7 @@ def activation_bytes(
     ]
     logits = sum(batch * context * i.shape["m"] for i in head_rows if i.operator == "linear") * itemsize
     head = sum(saved(i, NONE) for i in head_rows) + logits
+    working: Num = 0
     if recompute == FULL:
         kept = layer_input_bytes(model, batch, context, itemsize) / (shard.tp if shard and shard.sp else 1)
         working = _largest_layer(layer_rows, lambda i: saved(i, NONE))
@@ -190,7 +192,7 @@ def activation_bytes(
         layers = sum(i.count * saved(i, recompute) for i in layer_rows)
         kept = layers / L
         total = layers + head
-    return {"kept_per_layer": kept, "head": head, "total": total}
+    return {"kept_per_layer": kept, "head": head, "working": working, "total": total}
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,8 +283,9 @@ def train_memory(
     states = weights + grads + optimizer
 
     def act(b: int, c: int) -> dict[str, Num]:
+        """Every micro-batch in flight keeps its own; one layer at a time is recomputed."""
         a = activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute, shard=shard)
-        return {k: in_flight * v for k, v in a.items()}
+        return {**a, "total": in_flight * (a["total"] - a["working"]) + a["working"]}
 
     a = act(batch, context)
     if capacity_bytes is None:

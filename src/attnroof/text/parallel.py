@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from attnroof.devices.links import Links
-from attnroof.model.spread import CommOp, Spread
+from attnroof.model.comms import CommOp
+from attnroof.model.spread import Spread
 from attnroof.text import render
 from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
 from attnroof.text.render import table

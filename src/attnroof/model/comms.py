@@ -1,0 +1,138 @@
+"""The collectives a step adds, as rows beside its operators: :class:`CommOp` (one collective of
+a stage on its link, how many times a micro-batch runs it, the layer kind and pass it belongs to)
+and the builders a prefill or decode step uses (:func:`stage_comms`) and a training step shares
+(:func:`block_reduce`, :func:`expert_exchange`, :func:`stage_send`; the rest of training's sit in
+:mod:`attnroof.model.train_spread`). The layout of the groups is :mod:`attnroof.model.parallel`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.devices.links import Link, Links
+from attnroof.model.config import ModelConfig
+from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
+from attnroof.model.parallel import Plan, Shard, group_link
+from attnroof.model.train_options import BACKWARD, FORWARD
+from attnroof.ops import collectives as coll
+from attnroof.ops.collectives import Comm
+
+GRADIENT_SYNC, WEIGHT_GATHER = "gradient sync", "weight gather"
+"""The kinds of a training step's once-a-step collectives: the gradients' reduction, and the
+all-gather of the updated weights (ZeRO 1 and 2)."""
+SYNC_HIDDEN_BY = {GRADIENT_SYNC: BACKWARD, WEIGHT_GATHER: FORWARD}
+"""The pass each can hide behind with ``--overlap``."""
+
+LINK = "link"
+PIPELINE = "pipeline"
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    """One collective of a stage: a run's bytes, how many runs a micro-batch makes, its link."""
+
+    comm: Comm
+    count: int
+    link: Link
+    layer_kind: str
+    pass_name: str = ""
+    """Training: the pass that runs it (forward, recompute, backward, or once a step)."""
+
+    @property
+    def time_s(self) -> float:
+        link = self.link
+        return float(self.comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.comm.name,
+            "count": self.count,
+            "flops": 0.0,
+            "bytes": 0.0,
+            "comm_bytes": float(self.comm.bytes_per_device),
+            "message_bytes": float(self.comm.message_bytes),
+            "devices": self.comm.devices,
+            "link": self.link.kind,
+            "time_s": self.time_s,
+            "limiter": LINK,
+            "total_time_s": self.count * self.time_s,
+            "layer_kind": self.layer_kind,
+            "operator": self.comm.collective,
+            **({"pass": self.pass_name} if self.pass_name else {}),
+        }
+
+
+def block_reduce(
+    block: float, t: int, link: Link, kind: str, count: int, *, sp: bool, name: str, pass_name: str = ""
+) -> list[CommOp]:
+    """A tensor-parallel block's sum over its ``t`` devices: an all-reduce of ``block`` bytes,
+    or, with sequence parallelism, a reduce-scatter and an all-gather of the same size."""
+    if sp:
+        return [
+            CommOp(coll.reduce_scatter(block, t, name=f"{name} (RS)"), count, link, kind, pass_name),
+            CommOp(coll.all_gather(block, t, name=f"{name} (AG)"), count, link, kind, pass_name),
+        ]
+    return [CommOp(coll.all_reduce(block, t, name=name), count, link, kind, pass_name)]
+
+
+def expert_exchange(
+    model: ModelConfig,
+    plan: Plan,
+    shard: Shard,
+    tokens: float,
+    itemsize: float,
+    links: Links,
+    pass_name: str = "",
+) -> list[CommOp]:
+    """Expert parallelism's all-to-all dispatch and combine, once each per MoE layer of the
+    stage: each routed token's hidden vector to its expert's device and back."""
+    moe = sum(model.layer_is_moe()[shard.first : shard.stop])
+    if plan.ep == 1 or not moe or model.experts is None:
+        return []
+    link = group_link(links, plan.ep, plan.tp, f"--ep {plan.ep}")
+    routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp  # 1/t per TP rank
+    kind = next(i.layer_kind for i in layer_table(model) if i.operator == "experts")
+    return [
+        CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind, pass_name)
+        for name in ("expert dispatch", "expert combine")
+    ]
+
+
+def stage_send(
+    model: ModelConfig,
+    plan: Plan,
+    tokens: float,
+    itemsize: float,
+    links: Links,
+    name: str,
+    pass_name: str = "",
+) -> CommOp:
+    """A pipeline stage's activations (or their gradients) to its neighbour."""
+    link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
+    activations = tokens * model.hidden * itemsize / (plan.tp if plan.sp else 1)
+    return CommOp(coll.send_recv(activations, 2, name=name), 1, link, PIPELINE, pass_name)
+
+
+def stage_comms(
+    model: ModelConfig, plan: Plan, shard: Shard, step: Step, links: Links, *, last: bool
+) -> list[CommOp]:
+    """The collectives one device of ``shard`` runs in one micro-batch's ``step``."""
+    out: list[CommOp] = []
+    n, item = step.tokens(), step.prec.itemsize
+    layers = shard.stop - shard.first
+    t = plan.tp
+    if t > 1:
+        link = group_link(links, t, 1, f"--tp {t}")
+        block = n * model.hidden * item  # a block's output, summed over the TP group
+        if shard.first == 0:
+            out += block_reduce(block, t, link, EMBEDDING, 1, sp=plan.sp, name="embedding all-reduce")
+        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="attention all-reduce")
+        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="MLP all-reduce")
+        if last:  # the last tokens' logits, V/t of them on each device, gathered whole
+            logits = step.tokens("last") * model.vocab * item
+            out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))
+    out += expert_exchange(model, plan, shard, n, item, links)
+    if plan.pp > 1 and not last:
+        out.append(stage_send(model, plan, n, item, links, "stage send"))
+    return out
