@@ -22,10 +22,26 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 
 
+LONG_WORD = 200
+"""A word of an error longer than this (a 5,000-digit number given as a flag) is shown cut."""
+
+
 def one_line(message: str) -> str:
     """``message`` on one line: a newline, tab or other control character is shown escaped
-    (``\\n``), so that every error is exactly one line on stderr."""
-    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message.strip())
+    (``\\n``), so that every error is exactly one line on stderr; a word longer than
+    :data:`LONG_WORD` characters is shown by its ends and its length.
+
+    >>> one_line("bad value '" + "9" * 5000 + "'")
+    "bad value '99999999999999999999999999999999999999999999999999999999999…9999999999999999999' (5,002 characters)"
+    """
+    line = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message.strip())
+    return " ".join(_cut(word) for word in line.split(" "))
+
+
+def _cut(word: str) -> str:
+    if len(word) <= LONG_WORD:
+        return word
+    return f"{word[:60]}…{word[-20:]} ({len(word):,} characters)"
 
 
 class Parser(argparse.ArgumentParser):

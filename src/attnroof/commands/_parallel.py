@@ -8,12 +8,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
+from attnroof.commands._train import recompute_of
 from attnroof.devices import Device
 from attnroof.devices.links import Links
 from attnroof.errors import InputError
 from attnroof.model.parallel import Plan
 from attnroof.model.spread import Spread, spread
-from attnroof.model.train_options import NONE
+from attnroof.model.train_options import TRAIN
 from attnroof.model.train_spread import train_spread
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def links_of(args: argparse.Namespace, dev: Device) -> Links:
 def run_parallel(job: Any) -> int:
     """Dispatch ``model`` with parallel flags: one plan, a TP sweep or the smallest fit."""
     args = job.args
-    if getattr(args, "calibration", None) and (args.phase == "train" or args.fit or args.sweep_tp):
+    if getattr(args, "calibration", None) and (args.phase == TRAIN or args.fit or args.sweep_tp):
         raise InputError(
             "--calibration forecasts one plan's prefill or decode kernels: not with --phase train "
             "(its backward kernels are not calibrated), --fit or --sweep-tp",
@@ -108,10 +109,10 @@ def run_parallel(job: Any) -> int:
         )
 
     def run(p: Plan) -> Spread:
-        if args.phase == "train":
+        if args.phase == TRAIN:
             return train_spread(
                 job.model, args.batch, args.context, job.roof, links, p, _train_prec(job),
-                capacity_bytes=job.device.capacity_bytes, fused=job.fused, recompute=args.recompute or NONE,
+                capacity_bytes=job.device.capacity_bytes, fused=job.fused, recompute=recompute_of(args),
             )  # fmt: skip
         return spread(
             job.model, args.phase, args.batch, args.context, job.roof, links, p, job.prec,
@@ -135,12 +136,12 @@ def _train_prec(job: Any) -> TrainPrecision:
 def _whole_memory(job: Any) -> dict[str, Any]:
     """The whole model's memory on one device, as the single-device answer gives it."""
     a = job.args
-    if a.phase == "train":
+    if a.phase == TRAIN:
         from attnroof.model.training_memory import train_memory
 
         return train_memory(
             job.model, a.batch, a.context, _train_prec(job), job.device.capacity_bytes,
-            fused=job.fused, recompute=a.recompute or NONE,
+            fused=job.fused, recompute=recompute_of(a),
         ).to_json()  # fmt: skip
     from attnroof.model.analysis import analyse
 
@@ -152,20 +153,16 @@ def _whole_memory(job: Any) -> dict[str, Any]:
 
 def totals_of(job: Any, s: Spread) -> dict[str, Any]:
     """The step's totals: a training step's with its passes, model FLOPs and MFU."""
-    if s.phase != "train":
-        return s.totals()
-    from attnroof.model.train_spread import train_totals
+    from attnroof.model.train_spread import step_totals
 
-    return train_totals(s, job.model, job.args.context, job.roof.peak_flops_per_s)
+    return step_totals(s, job.model, job.args.context, job.roof.peak_flops_per_s)
 
 
 def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
     whole = _whole_memory(job)
     slow = s.slowest
     per = s.busiest_memory.to_json()
-    per_step = s.plan.dp * (
-        s.plan.microbatches if s.phase == "train" else 1
-    )  # a stage's batch is per replica
+    per_step = s.plan.dp * (s.plan.microbatches if s.phase == TRAIN else 1)  # a stage's batch is per replica
     whole.update(
         capacity_bytes=None
         if job.device.capacity_bytes is None
@@ -203,7 +200,7 @@ def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
 
 def head_of(job: Any) -> dict[str, Any]:
     """The JSON fields that say which step this is."""
-    if job.args.phase == "train":
+    if job.args.phase == TRAIN:
         from attnroof.commands._train import train_head
 
         return train_head(job.model, job.args, job.device, job.roof, job.dt, job.wdt)
@@ -289,7 +286,7 @@ def _powers(limit: int) -> list[int]:
 
 def text_setting(job: Any) -> list[str] | None:
     """A training step's first lines (its own header); None for prefill and decode."""
-    if job.args.phase != "train":
+    if job.args.phase != TRAIN:
         return None
     from attnroof.commands._train import train_header
 

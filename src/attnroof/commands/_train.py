@@ -9,7 +9,7 @@ from attnroof.commands._common import emit_json, require
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig
-from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE
+from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE, TRAIN
 from attnroof.roofline import Roof
 from attnroof.text import render
 
@@ -45,9 +45,14 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def recompute_of(args: argparse.Namespace) -> str:
+    """``--recompute``, or its default (left None by the parser to tell a given flag apart)."""
+    return args.recompute or NONE
+
+
 def check_train_flags(args: argparse.Namespace) -> None:
     """The training flags only with ``--phase train``; ``--sweep-batch`` and ``--kv-dtype`` not with it."""
-    if args.phase != "train":
+    if args.phase != TRAIN:
         given = [f"--{n.replace('_', '-')}" for n in TRAIN_ONLY if getattr(args, n) is not None]
         require(not given, f"{', '.join(given)} applies to --phase train only")
         return
@@ -72,7 +77,7 @@ def train_head(
     prec, gdt, mdt = train_precision(args, dt, wdt)
     return {
         "model": model.name,
-        "phase": "train",
+        "phase": TRAIN,
         "batch": args.batch,
         "context": args.context,
         "device": dev.name,
@@ -81,7 +86,7 @@ def train_head(
         "grad_dtype": gdt.name,
         "master_dtype": mdt.name,
         "optimizer": prec.optimizer,
-        "recompute": args.recompute or NONE,
+        "recompute": recompute_of(args),
         "fused": not args.unfused,
         "ridge": roof.ridge,
         "config": model.to_json(),
@@ -95,7 +100,7 @@ def train_what(args: argparse.Namespace, dt: DType, wdt: DType) -> str:
     return (
         f"training step of batch {args.batch} × {render.plural(args.context, 'token')}; weights {wdt.name}, "
         f"gradients {gdt.name}, master and {prec.optimizer} state {mdt.name}, activations {dt.name}; "
-        f"{attn} attention, recompute {args.recompute or NONE}"
+        f"{attn} attention, recompute {recompute_of(args)}"
     )
 
 
@@ -105,7 +110,7 @@ def run_train(
     from attnroof.model.training import analyse_train
 
     prec, _, _ = train_precision(args, dt, wdt)
-    recompute = args.recompute or NONE
+    recompute = recompute_of(args)
     a = analyse_train(
         model,
         args.batch,

@@ -24,6 +24,7 @@ from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.layers import Precision
+from attnroof.model.train_options import TRAIN
 from attnroof.ops.experts import ROUTINGS, UNIFORM
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
 from attnroof.roofline import Roof
@@ -152,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
     job = _Job(model, args, dev, roof, dt, wdt, kdt)
     if wants_parallel(args):
         return run_parallel(job)
-    if args.phase == "train":
+    if args.phase == TRAIN:
         return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
 

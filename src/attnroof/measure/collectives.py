@@ -158,7 +158,7 @@ def collective_record(
         achieved_bytes_per_s=busbw,  # bytes each rank sends / time: the bus bandwidth
     )
     if link is not None:
-        bound = float(comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
+        bound = comm.on(link)
         rec.update(bound_time_s=bound, efficiency=bound / time_s)
         rec.update(catalog_bound_time_s=bound, catalog_efficiency=bound / time_s)
     return rec

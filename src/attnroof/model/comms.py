@@ -41,8 +41,7 @@ class CommOp:
 
     @property
     def time_s(self) -> float:
-        link = self.link
-        return float(self.comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
+        return self.comm.on(self.link)
 
     def to_json(self) -> dict[str, Any]:
         return {

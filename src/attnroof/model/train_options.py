@@ -3,6 +3,9 @@ line can list them without importing the training model."""
 
 from __future__ import annotations
 
+TRAIN = "train"
+"""The training step's phase name (beside prefill and decode)."""
+
 FORWARD, BACKWARD, RECOMPUTE_PASS = "forward", "backward", "recompute"
 PASS_NAMES = (FORWARD, BACKWARD, RECOMPUTE_PASS)
 """The passes of a training step."""

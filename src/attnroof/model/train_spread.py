@@ -70,7 +70,7 @@ from attnroof.model.config import ModelConfig
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
 from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, group_link, stages
 from attnroof.model.spread import Spread, StageResult
-from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
+from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
 from attnroof.model.training import model_flops, train_ops
 from attnroof.model.training_memory import FULL, NONE, TrainPrecision, Zero, expert_params, train_memory
 from attnroof.ops import collectives as coll
@@ -82,6 +82,12 @@ STEP = "step"
 LOSS_REDUCTIONS = 3
 """Vocab-parallel cross-entropy's all-reduces per token: the row max, Σ exp, the target's logit."""
 ZERO_STAGES = (0, 1, 2, 3)
+
+
+def layer_passes(recompute: str) -> tuple[str, ...]:
+    """The passes a micro-batch runs its layers in: the forward, again with full recomputation,
+    and the backward."""
+    return (FORWARD, RECOMPUTE_PASS, BACKWARD) if recompute == FULL else (FORWARD, BACKWARD)
 
 
 def tp_comms(
@@ -97,13 +103,6 @@ def tp_comms(
     layers = shard.stop - shard.first
     out: list[CommOp] = []
 
-    def per_layer(pass_name: str) -> None:
-        for what in ("attention", "MLP"):
-            out.extend(
-                block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name=f"{what} all-reduce",
-                             pass_name=pass_name)
-            )  # fmt: skip
-
     if shard.first == 0:
         if plan.sp:  # the embedding's output leaves sequence-split: a reduce-scatter; back, a gather
             out.append(
@@ -114,10 +113,10 @@ def tp_comms(
             out.append(
                 CommOp(coll.all_reduce(block, t, name="embedding all-reduce"), 1, link, EMBEDDING, FORWARD)
             )
-    per_layer(FORWARD)
-    if recompute == FULL:
-        per_layer(RECOMPUTE_PASS)
-    per_layer(BACKWARD)
+    for pass_name in layer_passes(recompute):  # Megatron-LM's g forward, f (its conjugate) backward
+        for what in ("attention", "MLP"):
+            name = f"{what} all-reduce"
+            out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name=name, pass_name=pass_name)
     if plan.sp:  # each column GEMM's input kept as its 1/t, gathered again for dW
         for what in ("attention", "MLP"):
             gather = coll.all_gather(block, t, name=f"{what} input again (AG)")
@@ -225,10 +224,8 @@ def train_spread(
         ops = train_ops(model, micro, context, p, fused=fused, recompute=recompute, shard=shard)
         tokens = micro * context
         comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
-        comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, FORWARD)
-        if recompute == FULL:
-            comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, RECOMPUTE_PASS)
-        comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, BACKWARD)
+        for pass_name in layer_passes(recompute):
+            comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, pass_name)
         if plan.pp > 1 and not last:
             comms.append(stage_send(model, plan, tokens, p.itemsize, links, "activations send", FORWARD))
         if plan.pp > 1 and i > 0:
@@ -245,7 +242,12 @@ def train_spread(
         out.append(
             StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync))
         )
-    return Spread(plan, "train", batch, tuple(out), recompute, p.optimizer)
+    return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer)
+
+
+def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:
+    """A spread step's totals: :func:`train_totals` for a training step, else :meth:`Spread.totals`."""
+    return train_totals(s, model, context, peak_flops_per_s) if s.phase == TRAIN else s.totals()
 
 
 def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:

@@ -24,10 +24,13 @@ Reductions add (n − 1)/n · M/itemsize numbers per device, far below any compu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Num
 from attnroof.validate import nonnegative, size
+
+if TYPE_CHECKING:
+    from attnroof.devices.links import Link
 
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, SEND_RECV = (
     "all-reduce",
@@ -61,6 +64,10 @@ class Comm:
         if self.devices <= 1:
             return 0.0
         return base_latency_s + self.steps * latency_s + self.bytes_per_device / bandwidth_bytes_per_s
+
+    def on(self, link: Link) -> float:
+        """Its time on ``link``: :meth:`time_s` with the link's bandwidth and latencies."""
+        return float(self.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
 
     def scaled(self, k: Num) -> Comm:
         return Comm(
@@ -100,15 +107,20 @@ def all_reduce(message_bytes: Num, devices: int, *, name: str = ALL_REDUCE) -> C
     return Comm(name, ALL_REDUCE, n, message_bytes, 2 * (n - 1) / n * message_bytes, 2 * (n - 1))
 
 
+def _ring(collective: str, message_bytes: Num, devices: int, name: str) -> Comm:
+    """Reduce-scatter, all-gather and all-to-all alike: (n − 1)/n · M sent in n − 1 steps."""
+    _check(message_bytes, devices)
+    n = devices
+    return Comm(name, collective, n, message_bytes, (n - 1) / n * message_bytes, n - 1)
+
+
 def reduce_scatter(message_bytes: Num, devices: int, *, name: str = REDUCE_SCATTER) -> Comm:
     """Ring reduce-scatter of an ``M``-byte input: each device ends with M/n reduced, (n − 1)/n · M sent.
 
     >>> reduce_scatter(1024, 4).bytes_per_device   # 3/4 · 1024
     768.0
     """
-    _check(message_bytes, devices)
-    n = devices
-    return Comm(name, REDUCE_SCATTER, n, message_bytes, (n - 1) / n * message_bytes, n - 1)
+    return _ring(REDUCE_SCATTER, message_bytes, devices, name)
 
 
 def all_gather(message_bytes: Num, devices: int, *, name: str = ALL_GATHER) -> Comm:
@@ -117,9 +129,7 @@ def all_gather(message_bytes: Num, devices: int, *, name: str = ALL_GATHER) -> C
     >>> all_gather(1024, 8).bytes_per_device       # 7/8 · 1024
     896.0
     """
-    _check(message_bytes, devices)
-    n = devices
-    return Comm(name, ALL_GATHER, n, message_bytes, (n - 1) / n * message_bytes, n - 1)
+    return _ring(ALL_GATHER, message_bytes, devices, name)
 
 
 def all_to_all(message_bytes: Num, devices: int, *, name: str = ALL_TO_ALL) -> Comm:
@@ -128,9 +138,7 @@ def all_to_all(message_bytes: Num, devices: int, *, name: str = ALL_TO_ALL) -> C
     >>> all_to_all(1024, 4).bytes_per_device       # 3 · 1024/4
     768.0
     """
-    _check(message_bytes, devices)
-    n = devices
-    return Comm(name, ALL_TO_ALL, n, message_bytes, (n - 1) / n * message_bytes, n - 1)
+    return _ring(ALL_TO_ALL, message_bytes, devices, name)
 
 
 def send_recv(message_bytes: Num, devices: int = 2, *, name: str = SEND_RECV) -> Comm:

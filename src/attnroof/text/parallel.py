@@ -9,6 +9,8 @@ from typing import Any
 from attnroof.devices.links import Links
 from attnroof.model.comms import CommOp
 from attnroof.model.spread import Spread
+from attnroof.model.train_options import TRAIN
+from attnroof.model.training_memory import TrainMemory
 from attnroof.text import render
 from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
 from attnroof.text.render import table
@@ -50,11 +52,9 @@ def comm_row(c: CommOp, step_time_s: float, runs: int = 1) -> list[str]:
 
 
 def _totals(setting: Setting, s: Spread) -> dict[str, Any]:
-    if s.phase != "train":
-        return s.totals()
-    from attnroof.model.train_spread import train_totals
+    from attnroof.model.train_spread import step_totals
 
-    return train_totals(s, setting.model, setting.context, setting.roof.peak_flops_per_s)
+    return step_totals(s, setting.model, setting.context, setting.roof.peak_flops_per_s)
 
 
 def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | None = None) -> str:
@@ -62,7 +62,7 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
     roof, the step and the memory each device holds. ``head`` replaces the first lines (a
     training step's own)."""
     slow, t = s.slowest, _totals(setting, s)
-    train = s.phase == "train"
+    train = s.phase == TRAIN
     m, step = s.plan.microbatches, t["time_s"]
     rows = [op_row(o, step / m) for o in slow.ops]  # each runs once per micro-batch: m times a step
     comms = [comm_row(c, step, m) for c in slow.comms]
@@ -109,14 +109,15 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         f"communication {duration(t['comm_time_s'])} against computation {duration(t['compute_time_s'])}"
         + pipeline,
     ]
-    if train:
-        out += _train_lines(s, t)
+    mem = s.busiest_memory
+    if isinstance(mem, TrainMemory):
+        out += _train_lines(s, t, mem)
     else:
-        out.append("per device " + memory_line(s.busiest_memory, setting.device.name))  # type: ignore[arg-type]
+        out.append("per device " + memory_line(mem, setting.device.name))
     return "\n".join(out)
 
 
-def _train_lines(s: Spread, t: dict[str, Any]) -> list[str]:
+def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
     from attnroof.text.training import train_memory_text
 
     zero = f"ZeRO {s.plan.zero}" if s.plan.zero else "no ZeRO sharding"
@@ -126,13 +127,12 @@ def _train_lines(s: Spread, t: dict[str, Any]) -> list[str]:
         if t["sync_time_s"]
         else None
     )
-    mem = s.busiest_memory
     return [
         *([sync] if sync else []),
         f"model FLOPs {render.flops(t['model_flops'])} over {render.plural(s.plan.devices, 'device')}: "
         f"MFU ≤ {render.pct(t['mfu'])}; this device's HFU ≤ {render.pct(t['hfu'])}",
         "per device "
-        + train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch"),  # type: ignore[arg-type]
+        + train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch"),
     ]
 
 
