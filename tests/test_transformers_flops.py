@@ -53,8 +53,9 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from attnroof.model.analysis import analyse  # noqa: E402
 from attnroof.model.config import CONFIGS, ModelConfig, load_config_file  # noqa: E402
-from attnroof.model.costs import BIAS_FLOPS_PER_ELEMENT, model_ops  # noqa: E402
+from attnroof.model.costs import model_ops  # noqa: E402
 from attnroof.model.layers import DECODE, PREFILL, Step, layer_table  # noqa: E402
+from attnroof.ops.linear import BIAS_FLOPS_PER_ELEMENT  # noqa: E402
 from attnroof.operators import ATTENTION, GEMM, operator  # noqa: E402
 from attnroof.ops.latent import KV_UP, NAIVE, Q_ABSORB, V_ABSORB  # noqa: E402
 from attnroof.roofline import Roof  # noqa: E402

@@ -1,22 +1,36 @@
-"""The operator table: every operator attnroof can cost, registered once.
+"""The operator table: every operator attnroof can cost, and everything attnroof knows about it,
+in one entry.
 
 Like ``torch/utils/flop_counter.py``'s registered formulas or jax's per-primitive roofline rules,
-each entry names an operator and points at its formula; nothing else in attnroof decides what an
-operator costs. An entry has two slots:
+each entry names an operator and holds its rules; nothing else in attnroof asks which operator a
+row is. An entry has:
 
-- ``forward``: the forward pass, a function of shapes returning a :class:`~attnroof.cost.Cost`
-  (the formulas of :mod:`attnroof.ops`, unchanged);
-- ``backward``: the backward pass, a function of the forward's arguments (and the bytes of a
-  weight's gradient, ``grad_itemsize``, where there is a weight): :mod:`attnroof.ops.backward`;
+    forward, backward   the formulas (:mod:`attnroof.ops`, :mod:`attnroof.ops.backward`): shapes
+                        in, a :class:`~attnroof.cost.Cost` out; the backward takes the forward's
+                        arguments (and ``grad_itemsize``, the bytes of a weight's gradient, where
+                        it has a weight)
+    bind                a layer-table row and a step → the formulas' arguments, one binder for
+                        both passes (a :class:`Call`)
+    cuts                per tensor-parallel split (column, row, heads, vocab) how the row's shape
+                        is cut over t devices and the share of its parameters each keeps
+    routed              a mixture of experts: spread over expert parallelism, its tokens pooled
+                        over the group, only the experts its tokens touch read
+    sequence_parallel   an element-wise pass on the residual stream: 1/t of the tokens under
+                        sequence parallelism
+    saved               the bytes its backward pass needs kept from the forward (selective
+                        recomputation may keep fewer), and ``saved_split``: the splits under which
+                        that input is the sequence-split residual stream (kept 1/t)
+    selective           what selective recomputation runs again of it
+    matmul, gemm        whether it is a matrix product: the parameters a token multiplies (PaLM's
+                        N), and for a dense weight GEMM its (k, m)
+    kind                what a calibration fits and a report sums it as: ``gemm``, ``attention``,
+                        ``memory`` (element-wise passes and copies), ``collective``
+    measured_as         the measured kernel family that forecasts it (``linear``, ``attention``)
+    in_training         False for a row a training step leaves out (the KV-cache write)
 
-How a row is cut across devices depends on the row (a column- or a row-parallel weight), not on
-its operator: the layer table says it per row and :mod:`attnroof.model.parallel` cuts it.
-
-``kind`` groups operators the way a calibration fits them and a report sums them: ``gemm``
-(weight matrix products), ``attention`` (the score/softmax/value pipeline) and ``memory``
-(element-wise passes and copies, always far below any ridge); ``collective`` operators move
-bytes between devices and return a :class:`~attnroof.ops.collectives.Comm` placed on the link
-roof (:mod:`attnroof.ops.collectives`), not a :class:`~attnroof.cost.Cost`.
+An entry without a rule that something asks for is refused in one line naming what it lacks,
+never counted as zero. Collectives are operators too (:mod:`attnroof.ops.collectives`): their
+formulas return a :class:`~attnroof.ops.collectives.Comm` for the link roof, and they are not rows.
 
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
@@ -24,23 +38,32 @@ roof (:mod:`attnroof.ops.collectives`), not a :class:`~attnroof.cost.Cost`.
     ['activation', 'add', 'attention', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'norm', 'softmax']
     >>> [o for o in OPERATORS if OPERATORS[o].kind == COLLECTIVE]
     ['all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'send/recv']
+
+Length: one block per operator (its binder, cuts and saved bytes beside its ``register`` call),
+so that an operator is read, and added, in one place.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
-from dataclasses import dataclass
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
 from attnroof.ops import attention, decode, linear
 from attnroof.ops import backward as bwd
 from attnroof.ops import collectives as coll
+from attnroof.ops.attention import MASK, QK, SOFTMAX, causal_band, causal_half
+from attnroof.ops.backward import FP32_BYTES
 from attnroof.ops.elementwise import activation, add, copy, embedding, norm
 from attnroof.ops.experts import expert_gemm
-from attnroof.ops.latent import latent_attention
+from attnroof.ops.latent import NAIVE, latent_attention
 from attnroof.ops.softmax import softmax
+from attnroof.row import COLUMN, HEADS, PREFILL, REPLICATED, ROW, SPLITS, VOCAB, OpInstance, Saving, Step
 
 GEMM, ATTENTION, MEMORY_PASS, COLLECTIVE = "gemm", "attention", "memory", "collective"
 KINDS = (GEMM, ATTENTION, MEMORY_PASS, COLLECTIVE)
@@ -50,38 +73,106 @@ CostFn = Callable[..., Any]
 
 
 @dataclass(frozen=True, slots=True)
+class Call:
+    """A row's arguments for its operator's formulas at a step; ``via``: another entry whose
+    formulas run instead (attention at decode runs the ``decode`` formulas)."""
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    via: str | None = None
+
+
+Binder = Callable[[OpInstance, Step], Call]
+Cut = Callable[[Mapping[str, Any], int], tuple[dict[str, Any], float]]
+"""A row's shape and t devices → one device's shape and the share of the parameters it keeps."""
+Saver = Callable[[OpInstance, Saving], Num]
+
+
+@dataclass(frozen=True, slots=True)
 class Operator:
-    """One registered operator: its name, its kind and the formulas of each pass."""
+    """One registered operator and its rules (see the module's text)."""
 
     name: str
     kind: str
     forward: CostFn
     backward: CostFn | None = None
+    bind: Binder | None = None
+    cuts: Mapping[str, Cut] = field(default_factory=dict)
+    routed: bool = False
+    sequence_parallel: bool = False
+    saved: Saver | None = None
+    saved_split: frozenset[str] = frozenset()
+    selective: Callable[[OpInstance, Cost, bool], tuple[str, Cost]] | None = None
+    matmul: Callable[[OpInstance], int] | None = None
+    gemm: Callable[[Mapping[str, Any]], tuple[int, int]] | None = None
+    measured_as: str | None = None
+    in_training: bool = True
 
     @property
     def summary(self) -> str:
         """The first line of the forward formula's docstring."""
         return (self.forward.__doc__ or "").strip().splitlines()[0]
 
+    def lacks(self, what: str) -> InputError:
+        """The one-line refusal for a rule this entry does not have."""
+        return InputError(
+            f"operator {self.name!r} has no {what} in its entry of the operator table (attnroof.operators)",
+            param="operator",
+        )
+
+    def cost(
+        self, row: OpInstance, step: Step, *, backward: bool = False, grad_itemsize: float | None = None
+    ) -> Cost:
+        """One run of ``row`` at ``step``: its forward, or with ``backward`` its backward pass
+        (weight gradients of ``grad_itemsize`` bytes, where it has weights)."""
+        if self.bind is None:
+            raise self.lacks("binder (it cannot run as a row of a layer table)")
+        call = self.bind(row, step)
+        op = self if call.via is None else operator(call.via)
+        if not backward:
+            return op.forward(*call.args, **call.kwargs)
+        if op.backward is None:
+            raise op.lacks("backward formula")
+        kwargs = dict(call.kwargs)
+        if grad_itemsize is not None and "grad_itemsize" in inspect.signature(op.backward).parameters:
+            kwargs["grad_itemsize"] = grad_itemsize
+        return op.backward(*call.args, **kwargs)
+
+    def cut(self, row: OpInstance, t: int) -> tuple[dict[str, Any], float]:
+        """``row``'s shape on one of ``t`` tensor-parallel devices, and the share of its
+        parameters that device keeps."""
+        if t == 1 or row.split == REPLICATED:
+            return dict(row.shape), 1.0
+        if row.split not in self.cuts:
+            raise self.lacks(f"rule for the {row.split} split (row {row.name!r} under tensor parallelism)")
+        return self.cuts[row.split](row.shape, t)
+
+    def saved_bytes(self, row: OpInstance, saving: Saving) -> Num:
+        """Bytes one run of ``row`` keeps from its forward pass for its backward pass."""
+        if self.saved is None:
+            raise self.lacks("rule for the bytes its backward pass keeps (training)")
+        return self.saved(row, saving)
+
 
 OPERATORS: dict[str, Operator] = {}
 
 
-def register(
-    name: str,
-    forward: CostFn,
-    *,
-    kind: str,
-    backward: CostFn | None = None,
-) -> Operator:
+def register(name: str, forward: CostFn, *, kind: str, **rules: Any) -> Operator:
     """Add ``name`` to the table. A name is registered once: a second registration is a bug."""
     if name in OPERATORS:
         raise ValueError(f"operator {name!r} is already registered")
     if kind not in KINDS:
         raise ValueError(f"operator {name!r}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    op = Operator(name, kind, forward, backward)
+    if kind == GEMM and rules.get("matmul") is None:
+        raise ValueError(f"operator {name!r}: a matrix product needs its matmul rule (PaLM's N)")
+    op = Operator(name, kind, forward, **rules)
     OPERATORS[name] = op
     return op
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` (a test's own operator, once the test is done)."""
+    OPERATORS.pop(name, None)
 
 
 def operator(name: str) -> Operator:
@@ -94,17 +185,323 @@ def operator(name: str) -> Operator:
         raise InputError(f"unknown operator {name!r}{hint} (known: {', '.join(sorted(OPERATORS))})") from None
 
 
-register("linear", linear, kind=GEMM, backward=bwd.linear_backward)
-register("attention", attention, kind=ATTENTION, backward=bwd.attention_backward)
-register("decode", decode, kind=ATTENTION, backward=bwd.decode_backward)
+def rule(row: OpInstance) -> Operator:
+    """The entry of ``row``'s operator."""
+    return operator(row.operator)
+
+
+def is_attention(row: OpInstance) -> bool:
+    return rule(row).kind == ATTENTION
+
+
+# ---------------------------------------------------------------- shared rules
+
+
+def cut_width(key: str) -> Cut:
+    """Cut the width ``key`` t ways (rounded up where t does not divide it: one device takes the
+    remainder); the parameters follow the width."""
+
+    def cut(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+        here = math.ceil(shape[key] / t)
+        return {**shape, key: here}, here / shape[key]
+
+    return cut
+
+
+def row_tokens(i: OpInstance, st: Step) -> Num:
+    """Tokens an element-wise row runs on: all of the step's, or 1/t of them where sequence
+    parallelism spreads the norms and adds of a tensor-parallel group (``sequence_shards`` = t)."""
+    return st.tokens() / i.shape["sequence_shards"] if "sequence_shards" in i.shape else st.tokens()
+
+
+def _kernel(i: OpInstance) -> str:
+    return i.kernel or i.name
+
+
+def saves_input(key: str) -> Saver:
+    """The row's input, ``key`` wide per token: what dW = Xᵀ·dY (or a norm's backward) reads."""
+    return lambda i, s: s.tokens * i.shape[key] * s.itemsize
+
+
+def saves_nothing(i: OpInstance, s: Saving) -> Num:
+    """A gradient that passes through (a residual add) or a gather (an embedding): nothing kept."""
+    return 0
+
+
+# ---------------------------------------------------------------- linear
+
+
+def _bind_linear(i: OpInstance, st: Step) -> Call:
+    p = st.prec
+    kw = dict(itemsize=p.itemsize, weight_itemsize=p.weight_itemsize, bias=i.shape["bias"], name=_kernel(i))
+    return Call((st.tokens(i.tokens), i.shape["k"], i.shape["m"]), kw)
+
+
+register(
+    "linear", linear, kind=GEMM, backward=bwd.linear_backward, bind=_bind_linear,
+    cuts={COLUMN: cut_width("m"), ROW: cut_width("k"), VOCAB: cut_width("m")},
+    saved=saves_input("k"), saved_split=frozenset({COLUMN, REPLICATED}),
+    matmul=lambda i: i.shape["k"] * i.shape["m"], gemm=lambda s: (s["k"], s["m"]), measured_as="linear",
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- attention
+
+
+def _attention_kwargs(i: OpInstance, st: Step) -> dict[str, Any]:
+    p = st.prec
+    return dict(
+        fused=st.fused,
+        group=i.shape["group"],
+        itemsize=p.itemsize,
+        kv_itemsize=p.kv_itemsize,
+        softmax_flops_per_element=st.softmax_flops_per_element,
+        batch=st.batch,
+        kv_heads=i.shape["kv_heads"],
+    )
+
+
+def _bind_attention(i: OpInstance, st: Step) -> Call:
+    """Prefill: causal attention over the prompt, a windowed layer only the band within its
+    window. Decode: one token per sequence against its cache (the ``decode`` formulas)."""
+    kw = _attention_kwargs(i, st)
+    d = i.shape["head_dim"]
+    if st.phase == PREFILL:
+        return Call((st.context, d), {**kw, "causal": True, "window": i.shape.get("window")})
+    return Call((i.cached_tokens(st.context), d), kw, via="decode")
+
+
+def _cut_attention(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """Heads t ways; KV heads too, or one each where there are fewer KV heads than devices (each
+    then replicated)."""
+    kv = shape["kv_heads"]
+    kv_here = max(1, kv // t)
+    cut = {
+        **shape,
+        "kv_heads": kv_here,
+        "group": shape["group"] * kv // t // kv_here,
+        "kv_elements_per_token": shape["kv_elements_per_token"] * kv_here // kv,
+    }
+    return cut, 1 / t
+
+
+def _scores_kept(i: OpInstance, s: Saving, heads: Num) -> Num:
+    """What attention keeps beyond Q, K and V: fused, the log-sum-exp of each row (fp32);
+    unfused, P (the band within a window, if any). Selective recomputation checkpoints the core
+    attention, as Megatron-LM does: it keeps only Q, K and V and reruns the forward."""
+    if s.selective:
+        return 0
+    if s.fused:
+        return s.batch * s.context * heads * FP32_BYTES
+    window = i.shape.get("window")
+    scores = causal_half(s.context * s.context) if window is None else causal_band(s.context, window)
+    return s.batch * heads * scores * s.itemsize
+
+
+def _attention_heads(shape: Mapping[str, Any]) -> int:
+    return shape["group"] * shape["kv_heads"]
+
+
+def _saved_attention(i: OpInstance, s: Saving) -> Num:
+    """Q, K and V, and the scores' statistics or the scores themselves."""
+    heads = _attention_heads(i.shape)
+    qkv = s.tokens * (heads + 2 * i.shape["kv_heads"]) * i.shape["head_dim"] * s.itemsize
+    return qkv + _scores_kept(i, s, heads)
+
+
+def _selective_attention(i: OpInstance, cost: Cost, fused: bool) -> tuple[str, Cost]:
+    """Unfused: S and P again (Q·Kᵀ, the mask and softmax); fused: the fused forward again, for
+    the log-sum-exp rows its backward needs."""
+    if fused:
+        return f"{i.name} (again)", cost
+    return "attention S, P (again)", Cost(tuple(s for s in cost if s.name in (QK, MASK, SOFTMAX)))
+
+
+register(
+    "attention", attention, kind=ATTENTION, backward=bwd.attention_backward, bind=_bind_attention,
+    cuts={HEADS: _cut_attention}, saved=_saved_attention, selective=_selective_attention,
+    measured_as="attention",
+)  # fmt: skip
+register("decode", decode, kind=ATTENTION, backward=bwd.decode_backward, measured_as="attention")
+
+
+# ---------------------------------------------------------------- latent attention
+
+LATENT_WIDTHS = ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+"""A latent-attention row's shape keys, which are its formulas' keyword arguments."""
+
+
+def _bind_latent(i: OpInstance, st: Step) -> Call:
+    """Prefill (and training) decompress the latent: the naive form, compute-bound anyway;
+    decode runs the step's ``latent_form``, absorbed by default."""
+    p = st.prec
+    kw: dict[str, Any] = dict(
+        fused=st.fused,
+        batch=st.batch,
+        itemsize=p.itemsize,
+        kv_itemsize=p.kv_itemsize,
+        weight_itemsize=p.weight_itemsize,
+        softmax_flops_per_element=st.softmax_flops_per_element,
+        **{k: i.shape[k] for k in LATENT_WIDTHS},
+    )
+    if st.phase == PREFILL:
+        return Call((st.context, st.context), {**kw, "form": NAIVE, "causal": True})
+    return Call((1, i.cached_tokens(st.context)), {**kw, "form": st.latent_form})
+
+
+def _cut_latent(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    return {**shape, "heads": shape["heads"] // t}, 1 / t
+
+
+def _saved_latent(i: OpInstance, s: Saving) -> Num:
+    """Naive: the latent (for dW_UKV), then Q, K and V of every head, and the scores' share."""
+    sh = i.shape
+    widths = 2 * (sh["qk_nope_head_dim"] + sh["qk_rope_head_dim"]) + sh["v_head_dim"]
+    kept = s.tokens * (sh["kv_lora_rank"] + sh["heads"] * widths) * s.itemsize
+    return kept + _scores_kept(i, s, sh["heads"])
+
+
+register(
+    "latent attention", latent_attention, kind=ATTENTION, backward=bwd.latent_attention_backward,
+    bind=_bind_latent, cuts={HEADS: _cut_latent}, saved=_saved_latent, selective=_selective_attention,
+    matmul=lambda i: i.params,  # W_UK and W_UV, multiplied inside attention
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- element-wise passes
+
+
+def _bind_norm(i: OpInstance, st: Step) -> Call:
+    p = st.prec
+    kw = dict(
+        itemsize=p.itemsize,
+        weight_itemsize=p.weight_itemsize,
+        kind=i.shape["kind"],
+        name=_kernel(i),
+        scale_width=i.shape.get("scale_width"),
+    )
+    return Call((row_tokens(i, st), i.shape["width"]), kw)
+
+
+def _cut_qk_norm(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """QK norm: this device's q and k heads; its scales are one per head width, kept whole."""
+    return {**shape, "width": math.ceil(shape["width"] / t)}, 1.0
+
+
+register(
+    "norm", norm, kind=MEMORY_PASS, backward=bwd.norm_backward, bind=_bind_norm, cuts={HEADS: _cut_qk_norm},
+    sequence_parallel=True, saved=saves_input("width"), saved_split=frozenset(SPLITS),
+)  # fmt: skip
+
+
+def _bind_add(i: OpInstance, st: Step) -> Call:
+    return Call((row_tokens(i, st), i.shape["width"]), dict(itemsize=st.prec.itemsize, name=_kernel(i)))
+
+
+register(
+    "add", add, kind=MEMORY_PASS, backward=bwd.add_backward, bind=_bind_add, sequence_parallel=True,
+    saved=saves_nothing,
+)  # fmt: skip
+
+
+def _bind_activation(i: OpInstance, st: Step) -> Call:
+    """The MLP's activation; for experts, on every routed token (``routed`` = top_k per token)."""
+    kw = dict(gated=i.shape["gated"], itemsize=st.prec.itemsize, function=i.shape.get("function", "silu"))
+    return Call((st.tokens() * i.shape.get("routed", 1), i.shape["width"]), kw)
+
+
+def _saved_activation(i: OpInstance, s: Saving) -> Num:
+    """Gated: gate and up; else its input (experts: on every routed token)."""
+    routed = s.tokens * i.shape.get("routed", 1)
+    return routed * i.shape["width"] * (2 if i.shape["gated"] else 1) * s.itemsize
+
+
+register(
+    "activation", activation, kind=MEMORY_PASS, backward=bwd.activation_backward, bind=_bind_activation,
+    cuts={COLUMN: cut_width("width")}, saved=_saved_activation,
+)  # fmt: skip
+
+
+def _bind_embedding(i: OpInstance, st: Step) -> Call:
+    p = st.prec
+    kw = dict(
+        weight_itemsize=p.weight_itemsize,
+        itemsize=p.itemsize,
+        positions=i.shape["learned_positions"],
+        name="token rows",
+        tensor="embedding rows",
+    )
+    return Call((st.tokens(), i.shape["width"]), kw)
+
+
+def _cut_vocab_table(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """A vocabulary-parallel table: V/t rows each; every token's row is still gathered."""
+    return dict(shape), math.ceil(shape["vocab"] / t) / shape["vocab"]
+
+
+register(
+    "embedding", embedding, kind=MEMORY_PASS, backward=bwd.embedding_backward, bind=_bind_embedding,
+    cuts={VOCAB: _cut_vocab_table}, saved=saves_nothing,
+)  # fmt: skip
+
+
+def _bind_copy(i: OpInstance, st: Step) -> Call:
+    p = st.prec
+    kw = dict(
+        read_itemsize=p.itemsize, write_itemsize=p.kv_itemsize, name=_kernel(i), tensor=i.shape["tensor"]
+    )
+    return Call((st.tokens() * i.shape["elements_per_token"],), kw)
+
+
+def _cut_kv_write(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """The KV-cache write: the elements of the KV heads this device keeps (one each where there
+    are fewer KV heads than devices)."""
+    kv = shape["kv_heads"]
+    return {**shape, "elements_per_token": round(shape["elements_per_token"] * max(1, kv // t) / kv)}, 1.0
+
+
+register(
+    "copy", copy, kind=MEMORY_PASS, backward=bwd.copy_backward, bind=_bind_copy, cuts={HEADS: _cut_kv_write},
+    saved=saves_nothing, in_training=False,  # the KV-cache write: training keeps no cache
+)  # fmt: skip
 register("softmax", softmax, kind=MEMORY_PASS, backward=bwd.softmax_backward)
-register("norm", norm, kind=MEMORY_PASS, backward=bwd.norm_backward)
-register("add", add, kind=MEMORY_PASS, backward=bwd.add_backward)
-register("activation", activation, kind=MEMORY_PASS, backward=bwd.activation_backward)
-register("embedding", embedding, kind=MEMORY_PASS, backward=bwd.embedding_backward)
-register("copy", copy, kind=MEMORY_PASS, backward=bwd.copy_backward)
-register("experts", expert_gemm, kind=GEMM, backward=bwd.expert_backward)
-register("latent attention", latent_attention, kind=ATTENTION, backward=bwd.latent_attention_backward)
+
+
+# ---------------------------------------------------------------- experts
+
+
+def _bind_experts(i: OpInstance, st: Step) -> Call:
+    """Under expert parallelism (``ep`` in the shape) the tokens are the EP group's — ``ep``
+    replicas pool theirs — and the formula keeps one device's 1/ep."""
+    p = st.prec
+    ep = i.shape.get("ep", 1)
+    kw = dict(
+        experts=i.shape["experts"],
+        top_k=i.shape["top_k"],
+        routing=st.routing,
+        itemsize=p.itemsize,
+        weight_itemsize=p.weight_itemsize,
+        bias=i.shape["bias"],
+        ep=ep,
+        name=_kernel(i),
+    )
+    return Call((st.tokens() * ep, i.shape["k"], i.shape["m"]), kw)
+
+
+def _saved_experts(i: OpInstance, s: Saving) -> Num:
+    """Each routed token's input row, for dW."""
+    return s.tokens * i.shape["top_k"] * i.shape["k"] * s.itemsize
+
+
+register(
+    "experts", expert_gemm, kind=GEMM, backward=bwd.expert_backward, bind=_bind_experts,
+    cuts={COLUMN: cut_width("m"), ROW: cut_width("k")}, routed=True, saved=_saved_experts,
+    matmul=lambda i: i.shape["top_k"] * i.shape["k"] * i.shape["m"], measured_as="linear",
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- collectives
+
 for _name in coll.COLLECTIVES:
     register(
         _name, coll.COLLECTIVE_FN[_name], kind=COLLECTIVE, backward=coll.COLLECTIVE_FN[coll.CONJUGATE[_name]]

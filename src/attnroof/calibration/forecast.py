@@ -29,6 +29,7 @@ from attnroof.calibration.physics import (
 from attnroof.cost import Cost
 from attnroof.devices import Device
 from attnroof.errors import InputError
+from attnroof.operators import MEMORY_PASS, operator
 
 
 @dataclass(frozen=True)
@@ -145,25 +146,27 @@ def step_forecast(
     shape = {"s": context, "d": head_dim, **decode_shape} if decode_shape else None
     out = []
     for op in ops:
-        if op.operator == "attention":
+        entry = operator(op.operator)
+        if entry.kind == MEMORY_PASS:
+            t = _memory_pass_time(cal, op.cost)
+            out.append(OpForecast(op.name, op.count, t, t, t, "memory pass"))
+        elif entry.measured_as == "attention":
             fit = _attention_fit(cal, kind, impl, op.cost, shape or {"s": context, "d": head_dim})
             f = _op_features(cal, fit, op.cost, shape or {"s": context, "d": head_dim})
             fc = _band(fit, predict(f, fit.fit.params, cal.roofs))
             out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, f"{kind} {fit.impl}"))
-        elif op.operator in ("linear", "experts") and (LINEAR, "linear") in cal.fits:
-            # a grouped expert GEMM is forecast by the dense GEMM's fit, on its own FLOPs and bytes
+        elif entry.measured_as == "linear" and (LINEAR, "linear") in cal.fits:
+            # a GEMM of another operator (grouped experts) is forecast by the dense GEMM's fit, on
+            # its own FLOPs and bytes
             fit = cal.fits[(LINEAR, "linear")]
             fc = _band(fit, predict(_cost_features(op.cost, 0), fit.fit.params, cal.roofs))
-            how = "gemm linear" if op.operator == "linear" else "experts, by the linear fit"
+            how = "gemm linear" if entry.gemm is not None else f"{op.operator}, by the linear fit"
             out.append(OpForecast(op.name, op.count, fc.time_s, fc.low_s, fc.high_s, how))
-        elif op.operator in ("latent attention", "experts"):
+        else:
             raise InputError(
                 f"the calibration has no kernel for {op.operator} ({op.name}): measure one, or leave out --calibration",
                 param="calibration",
             )
-        else:
-            t = _memory_pass_time(cal, op.cost)
-            out.append(OpForecast(op.name, op.count, t, t, t, "memory pass"))
     return out
 
 

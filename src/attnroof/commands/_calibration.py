@@ -115,6 +115,7 @@ def spread_step(
     from attnroof.model.costs import model_ops
     from attnroof.model.layers import layer_table
     from attnroof.model.parallel import Shard
+    from attnroof.operators import rule
 
     plan = s.plan
     micro = args.batch // plan.dp // plan.microbatches
@@ -126,7 +127,7 @@ def spread_step(
             model, args.phase, micro, args.context, prec, fused=fused, routing=args.routing,
             latent_form=args.mla, shard=shard,
         )  # fmt: skip
-        attn = next((i for i in layer_table(model, shard) if i.operator == "attention"), None)
+        attn = next((i for i in layer_table(model, shard) if rule(i).measured_as == "attention"), None)
         heads = model.heads if attn is None else attn.shape["group"] * attn.shape["kv_heads"]
         group = model.group if attn is None else attn.shape["group"]
         fcs = step_forecast(

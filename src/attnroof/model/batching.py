@@ -16,7 +16,7 @@ from typing import Any
 from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import DECODE, Precision, gemm_shapes, layer_table
-from attnroof.operators import operator
+from attnroof.operators import operator, rule
 from attnroof.ops.experts import UNIFORM
 from attnroof.roofline import Roof
 
@@ -74,7 +74,7 @@ def expert_crossovers(
     out = []
     experts = operator("experts").forward
     for row in layer_table(model):
-        if row.operator != "experts":
+        if not rule(row).routed:
             continue
         shape = row.shape
 

@@ -15,6 +15,7 @@ from attnroof.model.config import ModelConfig
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
 from attnroof.model.parallel import Plan, Shard, group_link
 from attnroof.model.train_options import BACKWARD, FORWARD
+from attnroof.operators import rule
 from attnroof.ops import collectives as coll
 from attnroof.ops.collectives import Comm
 
@@ -91,7 +92,7 @@ def expert_exchange(
         return []
     link = group_link(links, plan.ep, plan.tp, f"--ep {plan.ep}")
     routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp  # 1/t per TP rank
-    kind = next(i.layer_kind for i in layer_table(model) if i.operator == "experts")
+    kind = next(i.layer_kind for i in layer_table(model) if rule(i).routed)
     return [
         CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind, pass_name)
         for name in ("expert dispatch", "expert combine")

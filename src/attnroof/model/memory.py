@@ -24,6 +24,7 @@ from attnroof.cost import Num
 from attnroof.footprint import score_matrix_bytes
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params
+from attnroof.operators import is_attention, rule
 from attnroof.ops.experts import UNIFORM, touched_experts
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ def weights_read(
     tokens = Step(phase, batch, context).tokens()
     total: Num = 0
     for i in layer_table(model, shard):
-        if i.operator == "experts":  # under expert parallelism: the group's tokens, 1/ep of the experts
+        if rule(i).routed:  # under expert parallelism: the group's tokens, 1/ep of the experts
             ep = i.shape.get("ep", 1)
             each = i.params_read * ep / i.shape["experts"]
             touched = touched_experts(tokens * ep, i.shape["experts"], i.shape["top_k"], routing)
@@ -106,11 +107,11 @@ def activation_bytes(
     table = layer_table(model, shard)
     hidden = model.hidden
     widest = reduce(
-        arrays.maximum, (step.tokens(i.tokens) * i.shape["m"] for i in table if i.operator == "linear")
+        arrays.maximum, (step.tokens(i.tokens) * gemm(i.shape)[1] for i in table if (gemm := rule(i).gemm))
     )
     if not fused:
         for i in table:
-            if i.is_attention:
+            if is_attention(i):
                 heads = i.shape.get("heads") or i.shape["group"] * i.shape["kv_heads"]
                 per_head = score_matrix_bytes(context, 1) if phase == PREFILL else i.cached_tokens(context)
                 widest = arrays.maximum(widest, batch * heads * per_head)

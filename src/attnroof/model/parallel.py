@@ -28,14 +28,14 @@ scale-up domain, the scale-out link otherwise.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
 from attnroof.model.config import ModelConfig
-from attnroof.model.layers import COLUMN, HEADS, REPLICATED, ROW, VOCAB, OpInstance
+from attnroof.model.layers import REPLICATED, OpInstance
+from attnroof.operators import rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,36 +148,18 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
     return out
 
 
-def _cut(width: int, t: int) -> int:
-    """``width/t``, rounded up where ``t`` does not divide it (one device takes the remainder)."""
-    return math.ceil(width / t)
-
-
-def shard_row(row: OpInstance, model: ModelConfig, shard: Shard) -> OpInstance:
-    """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` (and
-    experts by ``shard.ep``), so that the operator table costs exactly what the device runs."""
-    t, shape = shard.tp, dict(row.shape)
-    frac = 1.0  # the share of the row's parameters this device holds
-    if row.split == COLUMN:
-        key = "m" if "m" in shape else "width"
-        shape[key] = _cut(shape[key], t)
-        frac = shape[key] / row.shape[key]
-    elif row.split == ROW:
-        shape["k"] = _cut(shape["k"], t)
-        frac = shape["k"] / row.shape["k"]
-    elif row.split == VOCAB:
-        frac = _cut(model.vocab, t) / model.vocab
-        if "m" in shape:
-            shape["m"] = _cut(model.vocab, t)
-    elif row.split == HEADS:
-        frac = _heads(row, shape, t)
-        if row.operator == "copy":  # the KV-cache write: the elements of the KV heads kept
-            shape["elements_per_token"] = round(shape["elements_per_token"] * kv_share(model, t))
-    if row.operator == "experts" and shard.ep > 1:
+def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
+    """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` as its
+    operator's entry cuts its split (:mod:`attnroof.operators`), experts spread over ``shard.ep``,
+    element-wise passes on 1/t of the tokens under sequence parallelism; so that the operator
+    table costs exactly what the device runs."""
+    entry = rule(row)
+    shape, frac = entry.cut(row, shard.tp)  # frac: the share of the row's parameters kept
+    if entry.routed and shard.ep > 1:
         shape["ep"] = shard.ep
         frac /= shard.ep
-    if shard.sp and row.split == REPLICATED and row.per_layer and row.operator in ("norm", "add"):
-        shape["sequence_shards"] = t
+    if shard.sp and entry.sequence_parallel and row.split == REPLICATED and row.per_layer:
+        shape["sequence_shards"] = shard.tp
     return replace(
         row,
         shape=shape,
@@ -185,24 +167,6 @@ def shard_row(row: OpInstance, model: ModelConfig, shard: Shard) -> OpInstance:
         params_read=round(row.params_read * frac),
         active_params=None if row.active_params is None else round(row.active_params * frac),
     )
-
-
-def _heads(row: OpInstance, shape: dict[str, Any], t: int) -> float:
-    """Cut a head-split row's shape in place; returns the share of its parameters kept."""
-    if row.operator == "latent attention":
-        shape["heads"] = row.shape["heads"] // t
-        return 1 / t
-    if row.operator == "norm":  # QK norm: this device's q and k heads; the scales are per head
-        shape["width"] = _cut(shape["width"], t)
-        return 1.0
-    kv = row.shape.get("kv_heads")
-    if kv is None:
-        return 1.0
-    kv_here = max(1, kv // t)
-    shape["kv_heads"] = kv_here
-    shape["group"] = row.shape["group"] * kv // t // kv_here
-    shape["kv_elements_per_token"] = row.shape["kv_elements_per_token"] * kv_here // kv
-    return 1 / t
 
 
 def kv_share(model: ModelConfig, t: int) -> float:

@@ -48,7 +48,7 @@ def input_rows(model: ModelConfig) -> list[OpInstance]:
             "embedding",
             1,
             EMBEDDING,
-            {"width": m.hidden, "learned_positions": m.learned_positions},
+            {"width": m.hidden, "learned_positions": m.learned_positions, "vocab": m.vocab},
             params=(m.vocab + m.learned_positions) * m.hidden,
             split=VOCAB,
         )
@@ -102,7 +102,8 @@ def _attention_rows(m: ModelConfig, window: int | None, kind: str, named: bool) 
         rows.append(replace(_norm(m, "QK norm", m.q_width + m.kv_width, scale=2 * m.head_dim), split=HEADS))
     rows.append(
         OpInstance(
-            "KV-cache write", "copy", 1, LAYER, {"elements_per_token": kv_elements, "tensor": "new K,V"},
+            "KV-cache write", "copy", 1, LAYER,
+            {"elements_per_token": kv_elements, "tensor": "new K,V", "kv_heads": m.kv_heads},
             split=HEADS,
         )
     )  # fmt: skip

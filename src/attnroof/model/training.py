@@ -4,7 +4,7 @@ placed on the roofline and summed, with the memory it must hold (:mod:`.training
 
     forward      the prefill step's rows, the LM head on every position (the loss needs all
                  the logits), no KV-cache write (training keeps no cache)
-    backward     each row's backward formula, bound here to the row's shape
+    backward     each row's backward formula, bound by its operator's entry (:mod:`attnroof.operators`)
     recompute    none; selective: unfused attention recomputes S and P (Q·Kᵀ and softmax
                  again; fused attention recomputes them inside its backward anyway); full:
                  every layer's forward runs again before its backward
@@ -18,27 +18,22 @@ because every model here is causal and computes half the scores (PaLM's 12 count
 which would put MFU above HFU; the FlashAttention papers and Megatron-LM halve it too).
 MFU = model FLOPs / (step time × peak), HFU the same with hardware FLOPs; at the roofline's
 time bound they are the ceilings a real run can approach.
-
-Length: the backward binders sit beside the step they cost and the results they fill; split,
-a row kind's forward and backward arguments would drift apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.config import ModelConfig
-from attnroof.model.costs import LATENT_WIDTHS, Op, attention_args, expert_args, expert_share, row_tokens
+from attnroof.model.costs import Op
 from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
-from attnroof.operators import CostFn, operator
-from attnroof.ops.attention import MASK, QK, SOFTMAX
+from attnroof.operators import is_attention, rule
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 
@@ -58,122 +53,6 @@ MODEL_FLOPS_CONVENTION = (
     "model (6·L·H·Q·T); N = parameters of the weight GEMMs (LM head included, gathered "
     "embedding tables not)"
 )
-
-Binder = Callable[[OpInstance, Step, float], Cost]
-
-NO_BACKWARD = frozenset({"copy"})
-"""Rows a training step leaves out on purpose: the KV-cache write (training keeps no cache)."""
-
-
-def _backward(name: str) -> CostFn:
-    """The registered backward formula of operator ``name`` (every operator has one)."""
-    fn = operator(name).backward
-    assert fn is not None, name
-    return fn
-
-
-def _linear(i: OpInstance, st: Step, g: float) -> Cost:
-    n, k, out, p = st.tokens(i.tokens), i.shape["k"], i.shape["m"], st.prec
-    cost = _backward("linear")(
-        n,
-        k,
-        out,
-        itemsize=p.itemsize,
-        weight_itemsize=p.weight_itemsize,
-        grad_itemsize=g,
-        name=i.kernel or i.name,
-    )
-    if not i.shape["bias"]:
-        return cost
-    dx, dw = cost.stages  # the bias's gradient: a column sum of dY in dW's epilogue
-    bias = Stage(dw.name, dw.flops + n * out, dw.reads, (*dw.writes, Access("d bias", out * g)))
-    return Cost((dx, bias))
-
-
-def _norm(i: OpInstance, st: Step, g: float) -> Cost:
-    p = st.prec
-    return _backward("norm")(
-        row_tokens(i, st),
-        i.shape["width"],
-        itemsize=p.itemsize,
-        weight_itemsize=p.weight_itemsize,
-        grad_itemsize=g,
-        kind=i.shape["kind"],
-        name=i.kernel or i.name,
-        scale_width=i.shape.get("scale_width"),
-    )
-
-
-def _add(i: OpInstance, st: Step, g: float) -> Cost:
-    return _backward("add")(
-        row_tokens(i, st), i.shape["width"], itemsize=st.prec.itemsize, name=i.kernel or i.name
-    )
-
-
-def _activation(i: OpInstance, st: Step, g: float) -> Cost:
-    return _backward("activation")(
-        st.tokens() * i.shape.get("routed", 1),
-        i.shape["width"],
-        gated=i.shape["gated"],
-        itemsize=st.prec.itemsize,
-        function=i.shape.get("function", "silu"),
-    )
-
-
-def _experts(i: OpInstance, st: Step, g: float) -> Cost:
-    args, kw = expert_args(i, st)
-    return expert_share(i, _backward("experts")(*args, grad_itemsize=g, **kw))
-
-
-def _embedding(i: OpInstance, st: Step, g: float) -> Cost:
-    n, h, p = st.tokens(), i.shape["width"], st.prec
-    rows = dict(weight_itemsize=p.weight_itemsize, itemsize=p.itemsize, grad_itemsize=g)
-    scatter = _backward("embedding")
-    cost = scatter(n, h, name="token rows", tensor="embedding rows", **rows)
-    if i.shape["learned_positions"]:  # the position add passes its gradient on unchanged
-        cost = cost + scatter(n, h, name="position rows", tensor="position rows", **rows)
-    return cost
-
-
-def _attention(i: OpInstance, st: Step, g: float) -> Cost:
-    kw = attention_args(i, st)
-    return _backward("attention")(
-        st.context, i.shape["head_dim"], causal=True, window=i.shape.get("window"), **kw
-    )
-
-
-def _latent_attention(i: OpInstance, st: Step, g: float) -> Cost:
-    """Training runs latent attention decompressed (the naive form), as prefill does."""
-    p = st.prec
-    widths = {k: i.shape[k] for k in LATENT_WIDTHS}
-    return _backward("latent attention")(
-        st.context,
-        st.context,
-        causal=True,
-        fused=st.fused,
-        batch=st.batch,
-        itemsize=p.itemsize,
-        kv_itemsize=p.kv_itemsize,
-        weight_itemsize=p.weight_itemsize,
-        grad_itemsize=g,
-        softmax_flops_per_element=st.softmax_flops_per_element,
-        **widths,
-    )
-
-
-_BACKWARD: dict[str, Binder] = {
-    "latent attention": _latent_attention,
-    "experts": _experts,
-    "linear": _linear,
-    "norm": _norm,
-    "add": _add,
-    "activation": _activation,
-    "embedding": _embedding,
-    "attention": _attention,
-}
-"""How a layer-table row's shape becomes its operator's backward arguments (the KV-cache write
-does not run in training)."""
-
 
 @dataclass(frozen=True, slots=True)
 class TrainOp:
@@ -209,31 +88,28 @@ def train_ops(
         raise ValueError(f"unknown recompute {recompute!r}")
     fwd_prec = Precision(prec.itemsize, prec.weight_itemsize, prec.itemsize)  # K, V: activations
     step = Step(PREFILL, batch, context, fwd_prec, fused, softmax_flops_per_element)
-    table = layer_table(model, shard)
-    missing = sorted(
-        {i.operator for i in table if i.operator not in _BACKWARD and i.operator not in NO_BACKWARD}
-    )
+    rows = [replace(i, tokens=ALL_TOKENS) for i in layer_table(model, shard) if rule(i).in_training]
+    missing = sorted({i.operator for i in rows if rule(i).backward is None})
     if missing:
         raise InputError(
             f"model {model.name!r}: the backward pass of {', '.join(missing)} is not modelled yet; "
             "a training step would leave it out",
             param="model",
         )
-    rows = [replace(i, tokens=ALL_TOKENS) for i in table if i.operator in _BACKWARD]
 
     def op(i: OpInstance, cost: Cost, name: str | None = None) -> Op:
-        return Op(name or i.name, cost, i.count, i.is_attention, i.layer_kind, i.operator)
+        return Op(name or i.name, cost, i.count, is_attention(i), i.layer_kind, i.operator)
 
-    out = [(FORWARD, op(i, i.cost(step))) for i in rows]
+    out = [(FORWARD, op(i, rule(i).cost(i, step))) for i in rows]
     for i in rows:
+        selective = rule(i).selective
         if recompute == FULL and i.per_layer:
-            out.append((RECOMPUTE, op(i, i.cost(step), f"{i.name} (again)")))
-        elif recompute == SELECTIVE and i.is_attention and not fused:
-            again = Cost(tuple(s for s in i.cost(step) if s.name in (QK, MASK, SOFTMAX)))
-            out.append((RECOMPUTE, op(i, again, "attention S, P (again)")))
-        elif recompute == SELECTIVE and i.is_attention:  # the fused kernel's forward, for its L rows
-            out.append((RECOMPUTE, op(i, i.cost(step), f"{i.name} (again)")))
-    out += [(BACKWARD, op(i, _BACKWARD[i.operator](i, step, prec.grad_itemsize))) for i in reversed(rows)]
+            out.append((RECOMPUTE, op(i, rule(i).cost(i, step), f"{i.name} (again)")))
+        elif recompute == SELECTIVE and selective is not None:
+            name, again = selective(i, rule(i).cost(i, step), fused)
+            out.append((RECOMPUTE, op(i, again, name)))
+    g = prec.grad_itemsize
+    out += [(BACKWARD, op(i, rule(i).cost(i, step, backward=True, grad_itemsize=g))) for i in reversed(rows)]
     return out
 
 
@@ -260,15 +136,7 @@ def matmul_params(model: ModelConfig) -> int:
     >>> matmul_params(m) == m.active_params() - 32000 * 4096 - (32 * 2 + 1) * 4096
     True
     """
-    total = 0
-    for i in layer_table(model):
-        if i.operator == "linear":
-            total += i.count * i.shape["k"] * i.shape["m"]
-        elif i.operator == "experts":
-            total += i.count * i.shape["top_k"] * i.shape["k"] * i.shape["m"]
-        elif i.operator == "latent attention":
-            total += i.count * i.params
-    return total
+    return sum(i.count * matmul(i) for i in layer_table(model) if (matmul := rule(i).matmul) is not None)
 
 
 def _attention_width(model: ModelConfig) -> int:

@@ -41,22 +41,21 @@ from attnroof.cost import Num
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import (
     ALL_TOKENS,
-    COLUMN,
     DENSE_MLP,
     EMBEDDING,
     GLOBAL,
     LAYER,
     LOCAL,
     MOE,
-    REPLICATED,
     OpInstance,
     layer_table,
     params,
 )
 from attnroof.model.memory import _largest
 from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
-from attnroof.ops.attention import causal_band, causal_half
+from attnroof.operators import rule
 from attnroof.ops.backward import FP32_BYTES
+from attnroof.row import Saving
 
 if TYPE_CHECKING:
     from attnroof.model.parallel import Shard
@@ -79,21 +78,6 @@ class TrainPrecision:
         return master + OPTIMIZER_STATES[self.optimizer] * self.master_itemsize
 
 
-def _scores_kept(
-    i: OpInstance, batch: Num, context: Num, heads: Num, itemsize: float, fused: bool, recompute: str
-) -> Num:
-    """What attention keeps beyond Q, K and V: fused, the log-sum-exp of each row (fp32);
-    unfused, P (the band within a window, if any). Selective recomputation checkpoints the core
-    attention, as Megatron-LM does: it keeps only Q, K and V and reruns the forward."""
-    if recompute == SELECTIVE:
-        return 0
-    if fused:
-        return batch * context * heads * FP32_BYTES
-    window = i.shape.get("window")
-    scores = causal_half(context * context) if window is None else causal_band(context, window)
-    return batch * heads * scores * itemsize
-
-
 def saved_bytes(
     i: OpInstance,
     model: ModelConfig,
@@ -104,29 +88,9 @@ def saved_bytes(
     fused: bool,
     recompute: str,
 ) -> Num:
-    """Bytes one run of row ``i`` keeps for the backward pass (the table above)."""
-    tokens = batch * context
-    op = i.operator
-    if op == "norm":
-        return tokens * i.shape["width"] * itemsize
-    if op == "linear":
-        return tokens * i.shape["k"] * itemsize
-    if op == "activation":  # experts: on every routed token
-        routed = tokens * i.shape.get("routed", 1)
-        return routed * i.shape["width"] * (2 if i.shape["gated"] else 1) * itemsize
-    if op == "experts":  # each routed token's input row, for dW
-        return tokens * i.shape["top_k"] * i.shape["k"] * itemsize
-    if op == "attention":
-        heads = i.shape["group"] * i.shape["kv_heads"]
-        d = i.shape["head_dim"]
-        qkv = tokens * (heads + 2 * i.shape["kv_heads"]) * d * itemsize
-        return qkv + _scores_kept(i, batch, context, heads, itemsize, fused, recompute)
-    if op == "latent attention":  # naive: the latent (for dW_UKV), then Q, K, V of every head
-        s = i.shape
-        widths = 2 * (s["qk_nope_head_dim"] + s["qk_rope_head_dim"]) + s["v_head_dim"]
-        kept = tokens * (s["kv_lora_rank"] + s["heads"] * widths) * itemsize
-        return kept + _scores_kept(i, batch, context, s["heads"], itemsize, fused, recompute)
-    return 0
+    """Bytes one run of row ``i`` keeps for the backward pass (the table above): its operator's
+    ``saved`` rule (:mod:`attnroof.operators`)."""
+    return rule(i).saved_bytes(i, Saving(batch, context, itemsize, fused, selective=recompute == SELECTIVE))
 
 
 def layer_input_bytes(model: ModelConfig, batch: Num, context: Num, itemsize: float) -> Num:
@@ -141,9 +105,7 @@ def _sequence_split(i: OpInstance, shard: Shard | None) -> int:
     (Korthikanti et al. 2022, section 4.2.2)."""
     if shard is None or not shard.sp:
         return 1
-    if i.operator == "norm" or (i.operator == "linear" and i.split in (COLUMN, REPLICATED)):
-        return shard.tp
-    return 1
+    return shard.tp if i.split in rule(i).saved_split else 1
 
 
 def _largest_layer(rows: list[OpInstance], saved: Callable[[OpInstance], Num]) -> Num:
@@ -181,7 +143,7 @@ def activation_bytes(
     head_rows = [
         replace(i, tokens=ALL_TOKENS) for i in table if not i.per_layer and i.layer_kind != EMBEDDING
     ]
-    logits = sum(batch * context * i.shape["m"] for i in head_rows if i.operator == "linear") * itemsize
+    logits = sum(batch * context * gemm(i.shape)[1] for i in head_rows if (gemm := rule(i).gemm)) * itemsize
     head = sum(saved(i, NONE) for i in head_rows) + logits
     working: Num = 0
     if recompute == FULL:
@@ -248,7 +210,7 @@ class Zero:
 
 def expert_params(model: ModelConfig, shard: Shard | None = None) -> int:
     """The routed experts' parameters (on one device of a ``shard``)."""
-    return sum(i.count * i.params for i in layer_table(model, shard) if i.operator == "experts")
+    return sum(i.count * i.params for i in layer_table(model, shard) if rule(i).routed)
 
 
 def train_memory(

@@ -45,7 +45,7 @@ from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.attention import _check, kept_scores
-from attnroof.ops.experts import UNIFORM, touched_experts
+from attnroof.ops.experts import UNIFORM, expert_share, touched_experts
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
@@ -226,12 +226,14 @@ def linear_backward(
     itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     grad_itemsize: Num | None = None,
+    bias: bool = False,
     name: str = "linear",
 ) -> Cost:
     """The two GEMMs behind Y = X·W: dX = dY·Wᵀ (n×m by m×k) and dW = Xᵀ·dY (k×n by n×m), each
     the forward's 2nkm FLOPs. dX reads the weight as the forward does; dW reads the saved X
     and writes the weight's gradient (``grad_itemsize``, default the weight's). Both
-    intensities grow with the tokens ``n`` like the forward GEMM's.
+    intensities grow with the tokens ``n`` like the forward GEMM's. With ``bias``, its gradient
+    (a column sum of dY, one addition per element of dY) is written in dW's epilogue.
 
     >>> c = linear_backward(1, 8192, 8192)
     >>> c.flops, [st.bytes for st in c]          # 2 × 2nkm; dX: 2(m + km + k), dW: 2(k + m + km)
@@ -252,9 +254,9 @@ def linear_backward(
             ),
             Stage(
                 f"{name} dW",
-                matmul_flops(k, n, m),
+                matmul_flops(k, n, m) + (n * m if bias else 0),
                 (Access("X", n * k * itemsize), dy),
-                (Access("dW", k * m * g_item),),
+                (Access("dW", k * m * g_item), *((Access("d bias", m * g_item),) if bias else ())),
             ),
         )
     )
@@ -347,11 +349,14 @@ def embedding_backward(
     weight_itemsize: Num = BF16_BYTES,
     itemsize: Num = BF16_BYTES,
     grad_itemsize: Num | None = None,
+    positions: bool = False,
     name: str = "embedding",
     tensor: str = "embedding rows",
 ) -> Cost:
     """Scatter-add each token's gradient row into the table's gradient: reads dY and the rows
-    of the gradient it adds to, writes them back. Only the rows used are touched.
+    of the gradient it adds to, writes them back. Only the rows used are touched. With
+    ``positions`` (a learned position table, GPT-2's), the same again into that table's
+    gradient: the position add passes its gradient on unchanged.
 
     >>> embedding_backward(1, 4096).bytes          # 2 · 4096 · (1 + 1 + 1)
     24576
@@ -360,7 +365,7 @@ def embedding_backward(
     validate.positive("itemsize", itemsize)
     g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
     rows = tokens * width * g_item
-    return Cost(
+    cost = Cost(
         (
             Stage(
                 f"{name} backward",
@@ -370,6 +375,10 @@ def embedding_backward(
             ),
         )
     )
+    if not positions:
+        return cost
+    rows_kw = dict(weight_itemsize=weight_itemsize, itemsize=itemsize, grad_itemsize=grad_itemsize)
+    return cost + embedding_backward(tokens, width, name="position rows", tensor="position rows", **rows_kw)
 
 
 def softmax_backward(
@@ -440,11 +449,13 @@ def expert_backward(
     weight_itemsize: Num | None = None,
     grad_itemsize: Num | None = None,
     bias: bool = False,
+    ep: Num = 1,
     name: str = "expert GEMM",
 ) -> Cost:
     """The backward of one grouped expert GEMM (:func:`attnroof.ops.experts.expert_gemm`): dX and
     dW over the ``tokens·top_k`` routed rows, each the forward's FLOPs; the weights read and the
-    gradients written are those of the experts the batch touches.
+    gradients written are those of the experts the batch touches. ``ep``: as the forward's, one
+    device's share of an expert-parallel group's pooled ``tokens``.
 
     >>> c = expert_backward(1, 4096, 28672, experts=8, top_k=2)       # Mixtral gate/up, one token
     >>> c.flops == 2 * (2 * 2 * 4096 * 28672)                          # 2 × the forward
@@ -462,7 +473,7 @@ def expert_backward(
     if bias:  # each touched expert's bias gradient: a column sum of its rows of dY
         dw_writes.append(Access("d bias", touched * m * g_item))
         dw_flops = dw_flops + routed * m
-    return Cost(
+    cost = Cost(
         (
             Stage(
                 f"{name} dX",
@@ -473,6 +484,7 @@ def expert_backward(
             Stage(f"{name} dW", dw_flops, (Access("X", routed * k * itemsize), dy), tuple(dw_writes)),
         )
     )
+    return expert_share(cost, ep)
 
 
 def latent_attention_backward(

@@ -157,15 +157,25 @@ def embedding(
     *,
     weight_itemsize: Num = BF16_BYTES,
     itemsize: Num = BF16_BYTES,
+    positions: bool = False,
     name: str = "embedding",
     tensor: str = "embedding rows",
 ) -> Cost:
     """Gather one ``width``-wide row of a table for each of ``tokens`` tokens: a copy of the rows
     read (in the weight dtype), written as activations. The rest of the table is never read.
+    With ``positions`` (a learned position table, GPT-2's): each token's position row gathered
+    too, and added to its token row.
 
     >>> embedding(1, 4096).bytes            # one bf16 row read, one written
     16384
+    >>> embedding(1, 768, positions=True).bytes      # two rows gathered (4 · 768 · 2), an add (3 · 768 · 2)
+    10752
     """
-    return copy(
+    cost = copy(
         tokens * width, read_itemsize=weight_itemsize, write_itemsize=itemsize, name=name, tensor=tensor
     )
+    if not positions:
+        return cost
+    rows = dict(weight_itemsize=weight_itemsize, itemsize=itemsize)
+    gathered = embedding(tokens, width, name="position rows", tensor="position rows", **rows)
+    return cost + gathered + add(tokens, width, itemsize=itemsize, name="position add")

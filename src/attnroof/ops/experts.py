@@ -56,9 +56,12 @@ def expert_gemm(
     itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     bias: bool = False,
+    ep: Num = 1,
     name: str = "expert GEMM",
 ) -> Cost:
     """``tokens`` tokens, each through ``top_k`` experts' k × m weights (one grouped kernel).
+    Under expert parallelism (``ep`` > 1) ``tokens`` are the pooled tokens of the ``ep`` devices
+    of a group and the cost is one device's share (:func:`expert_share`).
 
     >>> c = expert_gemm(1, 4096, 28672, experts=8, top_k=2)   # Mixtral gate/up, one token
     >>> c.flops == 2 * 2 * 4096 * 28672, c.bytes == 2 * 2 * (4096 * 28672 + 4096 + 28672)
@@ -72,4 +75,15 @@ def expert_gemm(
     if bias:  # each expert's bias, added in the epilogue
         reads.append(Access("bias", touched * m * w_item))
         flops = flops + routed * m
-    return Cost((Stage(name, flops, tuple(reads), (Access("Y", routed * m * itemsize),)),))
+    return expert_share(Cost((Stage(name, flops, tuple(reads), (Access("Y", routed * m * itemsize),)),)), ep)
+
+
+def expert_share(cost: Cost, ep: Num) -> Cost:
+    """One device's 1/ep of an expert-parallel group's expert work: with balanced routing each of
+    the ``ep`` devices runs as many routed tokens as it sends, on E/ep experts, each touched as
+    often as the group's pooled tokens touch it.
+
+    >>> expert_share(expert_gemm(8, 4096, 28672, experts=8, top_k=2), 2).flops == 8 * 2 * 2 * 4096 * 28672 / 2
+    True
+    """
+    return cost if ep == 1 else Cost(tuple(s.scaled(1 / ep) for s in cost.stages))

@@ -13,6 +13,7 @@ from attnroof.model.analysis import ModelAnalysis, OpResult, Totals
 from attnroof.model.batching import GemmCrossover
 from attnroof.model.config import ModelConfig
 from attnroof.model.memory import Memory
+from attnroof.operators import operator
 from attnroof.roofline import Roof
 from attnroof.text import render
 from attnroof.text.render import table
@@ -209,7 +210,7 @@ def sweep_text(
 
 def _mlp_gemm(a: ModelAnalysis) -> Any:
     """The MLP's first GEMM: the routed experts' where there are experts, else gate/up (or up)."""
-    experts = [o for o in a.ops if o.operator == "experts"]
+    experts = [o for o in a.ops if operator(o.operator).routed]
     if experts:
         return experts[0]
     return next(o for o in a.ops if o.name.endswith(("gate/up projection", "up projection")))

@@ -1,0 +1,156 @@
+"""A row of a model's layer table and the step it is costed at: what an operator's rules read.
+
+A :class:`OpInstance` (a row) is a registered operator (:mod:`attnroof.operators`) with the shape
+a model config fixes, how many times a step runs it, the kind of layer it sits in and how
+tensor parallelism cuts it; a :class:`Step` is one forward step (phase, batch, context, dtypes,
+the attention variant). The operator table turns the two into a :class:`~attnroof.cost.Cost`;
+:mod:`attnroof.model.layers` builds the rows from a config. Nothing here imports the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnroof import arrays
+from attnroof.cost import Num
+from attnroof.dtypes import BF16_BYTES
+from attnroof.ops.experts import UNIFORM
+from attnroof.ops.latent import ABSORBED
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+
+PREFILL, DECODE = "prefill", "decode"
+PHASES = (PREFILL, DECODE)
+
+EMBEDDING, LAYER, HEAD = "embedding", "layer", "head"
+LOCAL, GLOBAL, DENSE_MLP, MOE = "local attention", "global attention", "dense MLP", "MoE"
+"""Layer kinds a row belongs to: the input tables, every layer, the output head; or, where layers
+differ, the windowed or global ones, the dense-MLP or mixture-of-experts ones."""
+
+ALL_TOKENS, LAST_TOKEN = "all", "last"
+"""Which tokens an instance runs on: every token of the step, or the last position of each
+sequence (the LM head: only the next token's logits are wanted)."""
+
+KV_TENSORS = 2
+"""A KV cache keeps two tensors per token and layer: K and V."""
+
+REPLICATED, COLUMN, ROW, HEADS, VOCAB = "replicated", "column", "row", "heads", "vocab"
+"""How tensor parallelism cuts a row (:mod:`attnroof.model.parallel`): not at all (norms, adds,
+the router, latent down-projections), along its output (a column-parallel weight: QKV, gate/up),
+along its input (a row-parallel weight: output and down projections, an all-reduce after), by
+heads (attention, its KV cache and QK norm) or by vocabulary rows (embedding, LM head). Experts
+are cut like a dense MLP (gate/up by column, down by row) and spread over expert parallelism."""
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Bytes per element of activations (the compute dtype), weights and the KV cache."""
+
+    itemsize: float = BF16_BYTES
+    weight_itemsize: float = BF16_BYTES
+    kv_itemsize: float = BF16_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One forward step: the phase, sequences and context, dtypes and the attention variant.
+    ``batch`` and ``context`` may be numpy arrays: the whole table is then costed on a grid.
+    ``routing`` says how many experts a batch touches (:mod:`attnroof.ops.experts`);
+    ``latent_form`` how latent attention decodes (:mod:`attnroof.ops.latent`)."""
+
+    phase: str
+    batch: Num
+    context: Num
+    prec: Precision = field(default_factory=Precision)
+    fused: bool = True
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT
+    routing: str = UNIFORM
+    latent_form: str = ABSORBED
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; known: {', '.join(PHASES)}")
+
+    def tokens(self, which: str = ALL_TOKENS) -> Num:
+        """Tokens through an instance: ``batch × context`` at prefill, ``batch`` at decode; the
+        last position of each sequence (``batch``) for a ``LAST_TOKEN`` instance."""
+        if which == LAST_TOKEN or self.phase == DECODE:
+            return self.batch
+        return self.batch * self.context
+
+
+@dataclass(frozen=True, slots=True)
+class OpInstance:
+    """One row of the layer table: a registered operator with the shape the config fixes."""
+
+    name: str
+    operator: str
+    """Key in :data:`attnroof.operators.OPERATORS`."""
+    count: int
+    """Runs per step: the layers it sits in, or 1 for the embedding and the head."""
+    layer_kind: str
+    shape: Mapping[str, Any]
+    params: int = 0
+    """Parameters this instance owns (0 for one that shares another's, like a tied LM head)."""
+    params_read: int = 0
+    """Parameters one run reads whole (an embedding gathers rows: 0; a tied LM head: the table;
+    experts: all of them, an upper bound — a step reads those its tokens touch)."""
+    active_params: int | None = None
+    """Parameters one token runs through, when not all of ``params`` (experts: its top_k). The
+    input embedding counts whole, by the usual convention; :meth:`ModelConfig.active_params` can
+    leave it out."""
+    tokens: str = ALL_TOKENS
+    kernel: str = ""
+    """The stage name its cost carries, when it differs from ``name``."""
+    split: str = REPLICATED
+    """How tensor parallelism cuts it (:data:`COLUMN`, :data:`ROW`, ...)."""
+
+    @property
+    def active(self) -> int:
+        return self.params if self.active_params is None else self.active_params
+
+    @property
+    def per_layer(self) -> bool:
+        """A row that runs in the transformer layers (not the embedding or the head)."""
+        return self.layer_kind not in (EMBEDDING, HEAD)
+
+    def cached_tokens(self, context: Num) -> Num:
+        """Tokens of KV cache an attention instance keeps per sequence: the context, or the last
+        ``window`` of it (a rolling buffer).
+
+        >>> attn = OpInstance("attention", "attention", 32, LAYER, {"window": 4096})
+        >>> attn.cached_tokens(32768), attn.cached_tokens(1024)     # a rolling buffer of 4096
+        (4096, 1024)
+        """
+        window = self.shape.get("window")
+        return context if window is None else arrays.minimum(context, window)
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """Elements one token adds to this instance's KV cache (per run)."""
+        return self.shape.get("kv_elements_per_token", 0)
+
+    def key(self) -> tuple[Any, ...]:
+        """What makes two rows the same row (everything but the count)."""
+        return (self.name, self.operator, self.layer_kind, tuple(sorted(self.shape.items())), self.params)
+
+
+SPLITS = (REPLICATED, COLUMN, ROW, HEADS, VOCAB)
+
+
+@dataclass(frozen=True, slots=True)
+class Saving:
+    """What a training step's forward pass keeps for its backward pass depends on: the micro-batch
+    (``batch`` sequences of ``context`` tokens), the activations' bytes per element, whether
+    attention is fused, and whether selective recomputation checkpoints the attention core."""
+
+    batch: Num
+    context: Num
+    itemsize: float
+    fused: bool
+    selective: bool = False
+
+    @property
+    def tokens(self) -> Num:
+        return self.batch * self.context
