@@ -11,7 +11,7 @@ from attnroof.model import ModelConfigError, UnknownModel, builtin, builtin_name
 from attnroof.model.analysis import analyse
 from attnroof.model.batching import compute_bound_batch, gemm_crossovers
 from attnroof.model.costs import model_ops
-from attnroof.model.layers import Precision
+from attnroof.model.layers import Precision, params, params_read
 from attnroof.model.memory import kv_cache_bytes_per_token, memory
 from attnroof.ops import attention, decode, linear
 from attnroof.ops.elementwise import activation, add, copy, norm
@@ -79,8 +79,8 @@ def test_builtin_names() -> None:
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_parameter_count_matches_published_size(name: str) -> None:
-    params = builtin(name).params()
-    assert abs(params - PUBLISHED[name]) / PUBLISHED[name] < 0.01, params
+    n_params = params(builtin(name))
+    assert abs(n_params - PUBLISHED[name]) / PUBLISHED[name] < 0.01, n_params
 
 
 def test_parameter_count_llama_8b_by_hand() -> None:
@@ -90,14 +90,14 @@ def test_parameter_count_llama_8b_by_hand() -> None:
     per_layer = attn + mlp + 2 * h  # two RMSNorm scales
     total = layers * per_layer + 2 * v * h + h  # untied embedding and LM head, final norm
     assert total == 8_030_261_248
-    assert builtin("llama-3.1-8b").params() == total
+    assert params(builtin("llama-3.1-8b")) == total
 
 
 def test_parameter_count_gpt2_by_hand() -> None:
     h, v, pos = 768, 50257, 1024
     per_layer = (h * 3 * h + 3 * h) + (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h) + 2 * 2 * h
     total = 12 * per_layer + v * h + pos * h + 2 * h  # tied LM head: no extra matrix
-    assert builtin("gpt2").params() == total == 124_439_808
+    assert params(builtin("gpt2")) == total == 124_439_808
 
 
 def test_config_facts() -> None:
@@ -268,7 +268,7 @@ def test_ops_read_every_streamed_weight_once(name: str) -> None:
     step_reads = analyse(m, "decode", 1, 64, H200).memory.weights_read_bytes
     assert read == pytest.approx(step_reads, rel=1e-12)
     if m.experts is None and m.latent is None and not m.sinks:
-        assert read == m.streamed_params() * 2
+        assert read == params_read(m) * 2
 
 
 def test_totals_add_up() -> None:
@@ -426,7 +426,7 @@ def test_cli_list_and_weight_dtype() -> None:
     r = run_cli("model", "--list")
     assert r.returncode == 0 and all(n in r.stdout for n in PUBLISHED)
     w = run_cli("model", "--model", "gpt2", "--context", "512", "--weight-dtype", "fp8", "--json")
-    assert w.json()["memory"]["weights_bytes"] == builtin("gpt2").params() * 1
+    assert w.json()["memory"]["weights_bytes"] == params(builtin("gpt2")) * 1
     assert w.json()["dtype"] == "bf16" and w.json()["weight_dtype"] == "fp8"
     t = run_cli("model", "--model", "gpt2", "--context", "512", "--weight-dtype", "fp8")
     assert "multiplied at the bf16 peak" in t.stdout

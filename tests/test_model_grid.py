@@ -11,7 +11,7 @@ import pytest
 from attnroof.model.analysis import analyse
 from attnroof.model.config import builtin
 from attnroof.model.grid import grid
-from attnroof.model.layers import Precision
+from attnroof.model.layers import Precision, params
 from attnroof.roofline import Roof
 
 H100 = Roof(989e12, 3.35e12)
@@ -45,6 +45,6 @@ def test_grid_equals_pointwise_analysis(name: str, phase: str, fused: bool) -> N
 def test_mistral_window_caps_the_cache_on_the_grid() -> None:
     # 32 layers × 2 × 8 KV heads × 128 × 2 B = 131072 B/token, at most 4096 tokens kept
     g = grid(builtin("mistral-7b"), "decode", [1], [1024, 4096, 65536], H100)
-    weights = builtin("mistral-7b").params() * 2
+    weights = params(builtin("mistral-7b")) * 2
     kv = g.memory_bytes[0] - weights
     assert kv[2] == kv[1] > kv[0]

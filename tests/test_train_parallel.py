@@ -32,7 +32,7 @@ ROOF = Roof(989.4e12, 4.8e12)
 NVLINK = Links(scaleup_bytes_per_s=450e9, scaleup_domain=8, scaleout_bytes_per_s=50e9)
 CAP = 143155 * 2**20
 L8, L70 = builtin("llama-3.1-8b"), builtin("llama-3.1-70b")
-N8 = L8.params()  # 8,030,261,248
+N8 = params(L8)  # 8,030,261,248
 
 
 def run(model, plan, batch=8, context=4096, **kw):
@@ -113,7 +113,7 @@ def test_expert_weights_sync_over_their_own_group():
     shard = Shard(1, 2, 0, mix.layers)
     experts = expert_params(mix, shard)
     dense = params(mix, shard) - experts
-    assert experts == (mix.params() - dense) / 2  # half the experts on each device
+    assert experts == (params(mix) - dense) / 2  # half the experts on each device
     mem = s.busiest_memory
     assert mem.optimizer_bytes == pytest.approx(12 * (dense / 8 + experts / 4))
     names = {c.comm.name: c.comm for c in s.slowest.step_comms}
@@ -319,7 +319,7 @@ def test_tied_embedding_across_a_pipeline():
     s = run(gemma, Plan(pp=2, microbatches=2), batch=2)
     table = 256_000 * 3584
     stage_params = [params(gemma, Shard(1, 1, st.first, st.stop)) for st in s.stages]
-    assert sum(stage_params) == gemma.params() + table
+    assert sum(stage_params) == params(gemma) + table
     for st in s.stages:
         (sync,) = st.step_comms
         assert (sync.comm.name, sync.comm.devices) == ("tied embedding all-reduce", 2)

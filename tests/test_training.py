@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnroof.model.config import builtin
+from attnroof.model.layers import params
 from attnroof.model.training import BACKWARD, FORWARD, RECOMPUTE, analyse_train, model_flops, train_ops
 from attnroof.model.training_memory import (
     FULL,
@@ -58,7 +59,7 @@ def test_passes_split_the_flops():
 
 
 def test_optimizer_and_gradient_bytes_by_default():
-    p = LLAMA.params()
+    p = params(LLAMA)
     m = train_memory(LLAMA, 1, T, TrainPrecision(), 141e9)
     assert m.weights_bytes == 2 * p and m.gradient_bytes == 2 * p
     assert m.optimizer_bytes == 12 * p  # fp32 master 4 + m 4 + v 4

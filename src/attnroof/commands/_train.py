@@ -9,6 +9,7 @@ from attnroof.commands._common import emit_json, require
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig
+from attnroof.model.layers import config_json
 from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE, TRAIN
 from attnroof.roofline import Roof
 from attnroof.text import render
@@ -89,7 +90,7 @@ def train_head(
         "recompute": recompute_of(args),
         "fused": not args.unfused,
         "ridge": roof.ridge,
-        "config": model.to_json(),
+        "config": config_json(model),
     }
 
 

@@ -23,7 +23,7 @@ from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.analysis import ModelAnalysis, analyse
-from attnroof.model.layers import Precision
+from attnroof.model.layers import Precision, config_json
 from attnroof.model.train_options import TRAIN
 from attnroof.ops.experts import ROUTINGS, UNIFORM
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
@@ -127,7 +127,7 @@ class _Job:
             **({"routing": self.args.routing} if self.model.experts else {}),
             **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
-            "config": self.model.to_json(),
+            "config": config_json(self.model),
         }
 
     @property
@@ -221,7 +221,7 @@ def _sweep(job: _Job) -> int:
 
 def _print_list(models: list[ModelConfig], as_json: bool) -> int:
     if as_json:
-        emit_json({"models": [m.to_json() for m in models]})
+        emit_json({"models": [config_json(m) for m in models]})
         return 0
     from attnroof.text.model import models_table
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnroof.model.config import ModelConfig
 from attnroof.model.costs import Op, model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision
 from attnroof.model.memory import Memory, memory
 from attnroof.model.notes import step_notes
+from attnroof.model.spec import ModelConfig
 from attnroof.ops.experts import UNIFORM
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT

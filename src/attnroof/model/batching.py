@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.model.analysis import ModelAnalysis, analyse
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import DECODE, Precision, gemm_shapes, layer_table
+from attnroof.model.spec import ModelConfig
 from attnroof.operators import operator, rule
 from attnroof.ops.experts import UNIFORM
 from attnroof.roofline import Roof

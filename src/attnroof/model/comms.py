@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.devices.links import Link, Links
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
 from attnroof.model.parallel import Plan, Shard, group_link
+from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD
 from attnroof.operators import rule
 from attnroof.ops import collectives as coll

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from attnroof.cost import Cost, Num
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import LAYER, Precision, Step, layer_table
+from attnroof.model.spec import ModelConfig
 from attnroof.operators import is_attention, rule
 from attnroof.ops.experts import UNIFORM
 from attnroof.ops.latent import ABSORBED

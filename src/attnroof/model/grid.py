@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof import arrays
-from attnroof.model.config import ModelConfig
 from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, Precision, params
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_sequence
+from attnroof.model.spec import ModelConfig
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import MEMORY, Roof, place
 

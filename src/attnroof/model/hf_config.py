@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from attnroof.model.architectures import layer_windows, moe_layers, read_experts, read_latent
-from attnroof.model.config import ModelConfig
 from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str, show
+from attnroof.model.spec import ModelConfig
 from attnroof.model.unmodelled import unmodelled
 
 GATED_MODEL_TYPES = frozenset(
@@ -37,7 +37,8 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     """A :class:`ModelConfig` from the dictionary of a Hugging Face ``config.json``.
 
     >>> gpt2 = {"n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
-    >>> from_hf(gpt2).params()              # GPT-2 small: the published 124 M
+    >>> from attnroof.model.layers import params
+    >>> params(from_hf(gpt2))              # GPT-2 small: the published 124 M
     124439808
     """
     if not isinstance(cfg, Mapping):

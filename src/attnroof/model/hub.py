@@ -22,10 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from attnroof.errors import read_json
-from attnroof.model.config import ModelConfig, UnknownModel, builtin
 from attnroof.model.fields import ModelConfigError
-from attnroof.model.hf_config import from_hf
 
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 """A hub repository id, ``org/name``: letters, digits, ``_ . -``, one slash."""
@@ -118,14 +115,3 @@ def download_config(repo_id: str) -> Path:
             + (f" ({reason})" if reason else "")
             + f"; {how}"
         ) from None
-
-
-def hub_model(repo_id: str) -> ModelConfig:
-    """The model of hub repository ``repo_id``: cached, built in, or downloaded (see above)."""
-    path = cached_config(repo_id)
-    if path is None:
-        try:
-            return builtin(repo_id)
-        except UnknownModel:
-            path = download_config(repo_id)
-    return from_hf(read_json(path, "model config", ModelConfigError), repo_id, str(path))

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from attnroof.model.config import ModelConfig
+from attnroof.model import rows
+from attnroof.model.parallel import Shard, shard_row
+from attnroof.model.spec import ModelConfig
 from attnroof.operators import rule
 from attnroof.row import (
     ALL_TOKENS,
@@ -61,14 +63,35 @@ from attnroof.row import (
     Step,
 )
 
-if TYPE_CHECKING:
-    from attnroof.model.parallel import Shard
-
 __all__ = [  # the row and step types live in attnroof.row; re-exported for the model's callers
-    "ALL_TOKENS", "COLUMN", "DECODE", "DENSE_MLP", "EMBEDDING", "GLOBAL", "HEAD", "HEADS", "KV_TENSORS",
-    "LAST_TOKEN", "LAYER", "LOCAL", "MOE", "PHASES", "PREFILL", "REPLICATED", "ROW", "VOCAB",
-    "OpInstance", "Precision", "Step", "active_params", "gemm_shapes", "layer_table", "params",
-    "params_read", "stage_table",
+    "ALL_TOKENS",
+    "COLUMN",
+    "DECODE",
+    "DENSE_MLP",
+    "EMBEDDING",
+    "GLOBAL",
+    "HEAD",
+    "HEADS",
+    "KV_TENSORS",
+    "LAST_TOKEN",
+    "LAYER",
+    "LOCAL",
+    "MOE",
+    "PHASES",
+    "PREFILL",
+    "REPLICATED",
+    "ROW",
+    "VOCAB",
+    "OpInstance",
+    "Precision",
+    "Step",
+    "active_params",
+    "config_json",
+    "gemm_shapes",
+    "layer_table",
+    "params",
+    "params_read",
+    "stage_table",
 ]  # fmt: skip
 
 
@@ -92,8 +115,6 @@ def layer_table(model: ModelConfig, shard: Shard | None = None) -> list[OpInstan
 
 @lru_cache(maxsize=256)
 def _device_table(model: ModelConfig, shard: Shard) -> tuple[OpInstance, ...]:
-    from attnroof.model.parallel import shard_row
-
     return tuple(shard_row(r, shard) for r in _layer_table(model, shard.first, shard.stop))
 
 
@@ -111,8 +132,6 @@ def stage_table(model: ModelConfig, first: int, stop: int) -> list[OpInstance]:
 
 @lru_cache(maxsize=256)
 def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) -> tuple[OpInstance, ...]:
-    from attnroof.model.rows import head_rows, input_rows, layer_rows
-
     windows, moe = model.layer_windows(), model.layer_is_moe()
     mixed_windows = len(set(windows)) > 1
     mixed_mlp = len(set(moe)) > 1 or any(moe)
@@ -122,13 +141,13 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
     for window, is_moe in list(zip(windows, moe, strict=True))[first:last]:
         attn_kind = (LOCAL if window is not None else GLOBAL) if mixed_windows else LAYER
         mlp_kind = (MOE if is_moe else DENSE_MLP) if mixed_mlp else LAYER
-        for row in layer_rows(model, window, is_moe, attn_kind, mlp_kind, named=mixed_windows):
+        for row in rows.layer_rows(model, window, is_moe, attn_kind, mlp_kind, named=mixed_windows):
             k = row.key()
             first_rows.setdefault(k, row)
             counts[k] = counts.get(k, 0) + 1
     merged = [replace(row, count=counts[k]) for k, row in first_rows.items()]
-    inputs = input_rows(model) if first == 0 else []
-    head = head_rows(model) if last == len(windows) else []
+    inputs = rows.input_rows(model) if first == 0 else []
+    head = rows.head_rows(model) if last == len(windows) else []
     if first > 0 and model.tied:  # a pipeline's last stage keeps its own copy of a tied table
         head = [replace(r, params=r.params_read) if r.split == VOCAB else r for r in head]
     return (*inputs, *merged, *head)
@@ -159,3 +178,17 @@ def gemm_shapes(model: ModelConfig) -> list[tuple[str, int, int]]:
     """(name, k, m) of each dense weight GEMM of ``model``: the rows of its layer table whose
     operator has a ``gemm`` rule (:mod:`attnroof.operators`)."""
     return [(i.name, *gemm(i.shape)) for i in layer_table(model) if (gemm := rule(i).gemm) is not None]
+
+
+def config_json(model: ModelConfig) -> dict[str, Any]:
+    """The config's JSON with what the layer table counts: parameters, and active parameters
+    (with and without the input embedding)."""
+    fields = model.to_json()
+    at = list(fields).index("max_positions") + 1
+    items = list(fields.items())
+    counts = {
+        "params": params(model),
+        "active_params": active_params(model),
+        "active_params_excluding_embedding": active_params(model, embedding=False),
+    }
+    return {**dict(items[:at]), **counts, **dict(items[at:])}

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from attnroof import arrays
 from attnroof.cost import Num
 from attnroof.footprint import score_matrix_bytes
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params
+from attnroof.model.spec import ModelConfig
 from attnroof.operators import is_attention, rule
 from attnroof.ops.experts import UNIFORM, touched_experts
 
@@ -58,7 +58,7 @@ def weights_read(
 
     >>> from attnroof.model.config import builtin
     >>> m = builtin("mixtral-8x7b")
-    >>> weights_read(m, "decode", 1, 4096) < m.params() / 3      # 2 of 8 experts at batch 1
+    >>> weights_read(m, "decode", 1, 4096) < params(m) / 3      # 2 of 8 experts at batch 1
     True
     """
     tokens = Step(phase, batch, context).tokens()

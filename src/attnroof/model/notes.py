@@ -5,8 +5,8 @@ window keeps, how small an uncounted term is), so it can be checked.
 
 from __future__ import annotations
 
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import DECODE, Precision
+from attnroof.model.spec import ModelConfig
 from attnroof.ops.attention import causal_band, causal_half
 from attnroof.ops.experts import ALL, touched_experts
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT

@@ -33,9 +33,9 @@ from typing import Any
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
-from attnroof.model.config import ModelConfig
-from attnroof.model.layers import REPLICATED, OpInstance
+from attnroof.model.spec import ModelConfig
 from attnroof.operators import rule
+from attnroof.row import REPLICATED, OpInstance
 
 
 @dataclass(frozen=True, slots=True)

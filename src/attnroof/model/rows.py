@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from attnroof.model.config import ModelConfig
-from attnroof.model.layers import (
+from attnroof.model.spec import ModelConfig
+from attnroof.row import (
     COLUMN,
     EMBEDDING,
     HEAD,

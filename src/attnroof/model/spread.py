@@ -24,11 +24,11 @@ from typing import Any
 from attnroof.devices.links import Links
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, stage_comms
-from attnroof.model.config import ModelConfig
 from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
 from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, stages
+from attnroof.model.spec import ModelConfig
 from attnroof.model.training_memory import TrainMemory
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 

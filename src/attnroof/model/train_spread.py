@@ -66,9 +66,9 @@ from attnroof.model.comms import (
     expert_exchange,
     stage_send,
 )
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
 from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, group_link, stages
+from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
 from attnroof.model.training import model_flops, train_ops
@@ -206,7 +206,8 @@ def train_spread(
     >>> from attnroof.model.config import builtin
     >>> links = Links(scaleup_bytes_per_s=450e9, scaleup_domain=8)
     >>> s = train_spread(builtin("llama-3.1-8b"), 8, 4096, Roof(989e12, 4.8e12), links, Plan(dp=8))
-    >>> s.totals()["comm_bytes_per_device"] == 2 * 7 / 8 * builtin("llama-3.1-8b").params() * 2
+    >>> from attnroof.model.layers import params
+    >>> s.totals()["comm_bytes_per_device"] == 2 * 7 / 8 * params(builtin("llama-3.1-8b")) * 2
     True
     """
     if plan.zero not in ZERO_STAGES:

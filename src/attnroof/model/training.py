@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
-from attnroof.model.config import ModelConfig
 from attnroof.model.costs import Op
 from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
+from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
 from attnroof.operators import is_attention, rule
@@ -133,7 +133,8 @@ def matmul_params(model: ModelConfig) -> int:
 
     >>> from attnroof.model.config import builtin
     >>> m = builtin("mixtral-8x7b")        # active parameters less the embedding and the norm scales
-    >>> matmul_params(m) == m.active_params() - 32000 * 4096 - (32 * 2 + 1) * 4096
+    >>> from attnroof.model.layers import active_params
+    >>> matmul_params(m) == active_params(m) - 32000 * 4096 - (32 * 2 + 1) * 4096
     True
     """
     return sum(i.count * matmul(i) for i in layer_table(model) if (matmul := rule(i).matmul) is not None)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Num
-from attnroof.model.config import ModelConfig
 from attnroof.model.layers import (
     ALL_TOKENS,
     DENSE_MLP,
@@ -52,6 +51,7 @@ from attnroof.model.layers import (
     params,
 )
 from attnroof.model.memory import _largest
+from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
 from attnroof.operators import rule
 from attnroof.ops.backward import FP32_BYTES
@@ -233,7 +233,7 @@ def train_memory(
 
     >>> from attnroof.model.config import builtin
     >>> m = train_memory(builtin("llama-3.1-8b"), 1, 8192, TrainPrecision(), 141e9)
-    >>> m.optimizer_bytes == 12 * builtin("llama-3.1-8b").params(), m.fits
+    >>> m.optimizer_bytes == 12 * params(builtin("llama-3.1-8b")), m.fits
     (True, False)
     """
     z = zero or Zero()

@@ -12,6 +12,7 @@ from attnroof.dtypes import DType
 from attnroof.model.analysis import ModelAnalysis, OpResult, Totals
 from attnroof.model.batching import GemmCrossover
 from attnroof.model.config import ModelConfig
+from attnroof.model.layers import active_params, params
 from attnroof.model.memory import Memory
 from attnroof.operators import operator
 from attnroof.roofline import Roof
@@ -56,9 +57,9 @@ def architecture(m: ModelConfig) -> str:
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
         mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
-    active = m.active_params()
-    size = f"{render.num(m.params() / GIGA)} B parameters"
-    if active != m.params():
+    active = active_params(m)
+    size = f"{render.num(params(m) / GIGA)} B parameters"
+    if active != params(m):
         size += f" ({render.num(active / GIGA)} B active)"
     return f"{m.layers} layers, hidden {m.hidden}, {attn}, {mlp}, vocab {m.vocab}, {size}"
 
@@ -221,8 +222,8 @@ def models_table(models: Sequence[ModelConfig]) -> str:
     rows = [
         [
             m.name,
-            render.num(m.params() / GIGA),
-            render.num(m.active_params() / GIGA),
+            render.num(params(m) / GIGA),
+            render.num(active_params(m) / GIGA),
             m.layers,
             m.hidden,
             f"{m.heads}/{m.kv_heads}" if m.latent is None else f"{m.heads}/latent",

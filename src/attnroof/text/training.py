@@ -7,6 +7,7 @@ from typing import Any
 
 from attnroof.analysis import Comparison
 from attnroof.cost import Cost
+from attnroof.model.layers import params
 from attnroof.model.training import PASS_NAMES, TrainAnalysis
 from attnroof.model.training_memory import TrainMemory
 from attnroof.passes import WORDS
@@ -66,7 +67,7 @@ def train_text(head: list[str], a: TrainAnalysis) -> str:
 
 
 def train_memory_line(a: TrainAnalysis) -> str:
-    return train_memory_text(a.memory, a.prec.optimizer, a.recompute, a.model.params())
+    return train_memory_text(a.memory, a.prec.optimizer, a.recompute, params(a.model))
 
 
 def train_memory_text(

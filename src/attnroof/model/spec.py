@@ -1,0 +1,121 @@
+"""The shapes of a decoder-only transformer, as a config fixes them (:class:`ModelConfig`).
+
+Reading a config into one is :mod:`attnroof.model.config`'s and :mod:`attnroof.model.hf_config`'s
+work; counting what it holds (parameters, active parameters) is the layer table's
+(:mod:`attnroof.model.layers`). This module imports neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.model.architectures import Experts, Latent
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """The shapes that decide a transformer's FLOPs and bytes. Counts, not bytes: dtypes are
+    chosen at analysis time.
+
+    >>> from attnroof.model.config import builtin
+    >>> m = builtin("llama-3.1-8b")
+    >>> m.group, m.kv_heads * m.head_dim        # 32 query heads on 8 KV heads; KV width 1024
+    (4, 1024)
+    """
+
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    gated: bool = True
+    norm: str = "rms"
+    """"rms" (RMSNorm: a scale) or "layer" (LayerNorm: a scale and a shift)."""
+    tied: bool = False
+    """The LM head reuses the token-embedding matrix."""
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    learned_positions: int = 0
+    """Rows of a learned position-embedding table (GPT-2: 1024); 0 for rotary models."""
+    sliding_window: int | None = None
+    """The window of the windowed layers (all of them, or those ``windows`` marks)."""
+    max_positions: int | None = None
+    windows: tuple[int | None, ...] = ()
+    """Each layer's window (None: global); empty means ``sliding_window`` on every layer."""
+    experts: Experts | None = None
+    moe_layers: tuple[bool, ...] = ()
+    """Which layers' MLP is the mixture of experts (empty: none)."""
+    latent: Latent | None = None
+    activation: str = "silu"
+    """The MLP's activation function: "silu" (SwiGLU) or "gelu" (GeGLU, GPT-2's GELU)."""
+    norms_per_layer: int = 2
+    qk_norm: bool = False
+    sinks: bool = False
+    attn_softcap: float | None = None
+    """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
+    final_softcap: float | None = None
+    stored_weights: str | None = None
+    """The checkpoint's own weight format when it is not the compute dtype (``quantization_config``:
+    DeepSeek-V3's fp8 blocks, gpt-oss's MXFP4 experts); analysed in ``--weight-dtype``, said in a note."""
+
+    @property
+    def group(self) -> int:
+        """Query heads per KV head: 1 for multi-head, heads for multi-query attention."""
+        return self.heads // self.kv_heads
+
+    @property
+    def q_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window (None: global attention)."""
+        return self.windows or (self.sliding_window,) * self.layers
+
+    def layer_is_moe(self) -> tuple[bool, ...]:
+        return self.moe_layers or (False,) * self.layers
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "hidden_size": self.hidden,
+            "layers": self.layers,
+            "heads": self.heads,
+            "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim,
+            "intermediate_size": self.intermediate,
+            "vocab_size": self.vocab,
+            "gated_mlp": self.gated,
+            "norm": self.norm,
+            "tied_embeddings": self.tied,
+            "sliding_window": self.sliding_window,
+            "max_positions": self.max_positions,
+            **self._architecture_json(),
+        }
+
+    def _architecture_json(self) -> dict[str, Any]:
+        """What a dense Llama-style config lacks: only the keys that apply (so a dense model's
+        JSON reads as before, with its active parameters)."""
+        out: dict[str, Any] = {"activation": self.activation}
+        if self.experts is not None:
+            out["experts"] = {**self.experts.to_json(), "moe_layers": sum(self.layer_is_moe())}
+        if self.latent is not None:
+            out["latent_attention"] = self.latent.to_json()
+        if self.windows and len(set(self.windows)) > 1:
+            out["windowed_layers"] = sum(w is not None for w in self.windows)
+        for key, on in (("qk_norm", self.qk_norm), ("attention_sinks", self.sinks)):
+            if on:
+                out[key] = True
+        if self.attn_softcap is not None:
+            out["attention_logit_softcap"] = self.attn_softcap
+        if self.final_softcap is not None:
+            out["final_logit_softcap"] = self.final_softcap
+        return out
