@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,162 @@ def test_the_command_index_names_each_commands_module() -> None:
             for command in importlib.import_module(f"attnroof.commands.{m.name}").COMMANDS:
                 found[command.name] = m.name
     assert found == pkg.MODULE_OF_COMMAND
+
+
+# ---------------------------------------------------------------- the import graph
+
+
+def _module_name(p: Path) -> str:
+    parts = ("attnroof", *p.relative_to(PKG).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+NAMES = {_module_name(p): p for p in MODULES}
+
+
+def _edges(path: Path) -> set[str]:
+    """The attnroof modules ``path`` imports, at any level (inside functions too): ``from a.b
+    import c`` is an import of ``a.b.c`` where that is a module, of ``a.b`` otherwise."""
+    out: set[str] = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            names = [s for s in subs if s in NAMES] + [node.module] * any(s not in NAMES for s in subs)
+        else:
+            continue
+        for name in names:
+            while name and name not in NAMES:
+                name = name.rpartition(".")[0]
+            if name:
+                out.add(name)
+    out.discard(_module_name(path))
+    return out
+
+
+GRAPH = {name: _edges(path) for name, path in NAMES.items()}
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_loops_between_modules():
+    """No two modules import each other, directly or round a loop, even from inside a function."""
+    assert _loops(GRAPH) == []
+
+
+def _unit(name: str) -> str:
+    """A module's top-level part: ``attnroof.model.layers`` → ``model``; the package's own
+    ``__init__`` → ``attnroof``."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "attnroof"
+
+
+def test_no_import_loops_between_packages():
+    units: dict[str, set[str]] = {}
+    for name, deps in GRAPH.items():
+        units.setdefault(_unit(name), set()).update(_unit(d) for d in deps if _unit(d) != _unit(name))
+    assert _loops(units) == []
+
+
+PACKAGE_RANKS = [
+    {"errors", "units", "jsonable"},
+    {"dtypes", "validate", "outfile"},
+    {"cost", "arrays", "devices"},
+    {"ops"},
+    {"roofline", "row", "footprint"},
+    {"operators", "solve"},
+    {"attnroof", "analysis", "passes"},
+    {"sheet", "sheet_backward", "model"},
+    {"calibration", "measure"},
+    {"text"},
+    {"plot"},
+    {"commands"},
+    {"cli"},
+    {"__main__"},
+]
+"""attnroof's parts from the bottom up (docs/architecture.md): a part imports only parts below it."""
+
+MODEL_RANKS = [
+    {"fields", "train_options"},
+    {"architectures", "unmodelled"},
+    {"spec"},  # the config's shapes
+    {"hf_config", "hub"},  # reading a config, finding its file
+    {"config"},  # a model by name, path or repository
+    {"rows", "parallel"},  # a layer's rows; a row cut for one device
+    {"layers"},  # the layer table
+    {"costs", "memory", "notes"},  # a step's operators and memory
+    {"analysis", "grid"},  # a step on a roof
+    {"batching", "training_memory"},
+    {"training"},
+    {"comms"},  # many devices: collectives
+    {"spread"},  # prefill and decode across devices
+    {"train_spread"},  # training across devices
+    {"model"},  # the package's face (model/__init__.py)
+]
+"""The model package's modules from the bottom up: each imports only modules of lower ranks."""
+
+
+def _rank_violations(ranks: list[set[str]], key: Any, names: list[str]) -> list[str]:
+    rank = {part: r for r, parts in enumerate(ranks) for part in parts}
+    missing = sorted({key(n) for n in names} - set(rank))
+    assert not missing, f"parts with no rank in the table: {missing}"
+    bad = []
+    for name in names:
+        for dep in GRAPH[name]:
+            if (
+                dep in NAMES
+                and key(dep) in rank
+                and key(dep) != key(name)
+                and rank[key(dep)] >= rank[key(name)]
+            ):
+                bad.append(f"{name} imports {dep}")
+    return sorted(bad)
+
+
+def test_parts_import_only_parts_below_them():
+    assert _rank_violations(PACKAGE_RANKS, _unit, list(GRAPH)) == []
+
+
+def test_model_modules_import_only_lower_ranks():
+    def key(name: str) -> str:
+        return name.split(".")[2] if name.count(".") >= 2 else "model"
+
+    model = [n for n in GRAPH if n == "attnroof.model" or n.startswith("attnroof.model.")]
+    internal = {
+        n: {d for d in GRAPH[n] if d == "attnroof.model" or d.startswith("attnroof.model.")} for n in model
+    }
+    rank = {part: r for r, parts in enumerate(MODEL_RANKS) for part in parts}
+    assert sorted({key(n) for n in model} - set(rank)) == []
+    bad = [f"{n} imports {d}" for n in model for d in internal[n] if rank[key(d)] >= rank[key(n)]]
+    assert bad == []
