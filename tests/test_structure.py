@@ -94,3 +94,31 @@ def test_the_command_index_names_each_commands_module() -> None:
             for command in importlib.import_module(f"attnroof.commands.{m.name}").COMMANDS:
                 found[command.name] = m.name
     assert found == pkg.MODULE_OF_COMMAND
+
+
+def test_command_modules_import_each_other_one_way() -> None:
+    """No loop among the command modules, counting imports inside functions: a module that
+    another one needs is below it (shared pieces go to a third module, as ``_results`` for
+    ``measure`` and ``_collectives``)."""
+    commands = {p.stem: p for p in MODULES if _rel(p).startswith("commands/") and p.stem != "__init__"}
+    needs = {
+        name: {
+            n.rsplit(".", 1)[-1]
+            for n in _imports(_tree(path), top_level_only=False)
+            if n.startswith("attnroof.commands.") and n.rsplit(".", 1)[-1] in commands
+        }
+        - {name}
+        for name, path in commands.items()
+    }
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path[path.index(name) :], name))
+        if name in done:
+            return
+        for other in sorted(needs[name]):
+            visit(other, (*path, name))
+        done.add(name)
+
+    for name in sorted(commands):
+        visit(name, ())
