@@ -7,6 +7,7 @@ Every error a user can cause ends as one line on stderr and exit status 2.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -132,6 +133,8 @@ def _with_flags(e: AttnroofError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``attnroof ARGV``, or the process's own command line when ``argv`` is None (the
+    ``attnroof`` program and ``python -m attnroof``): its exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words else None, lazy=True)
     args = parser.parse_args(words)
@@ -140,6 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     from attnroof.errors import AttnroofError
 
+    if argv is None:
+        # The program: what start-up made (modules, classes, the parser) lives until the process
+        # ends, so the garbage collector need not walk it again, in the run's collections nor in
+        # the last one at exit (some 5 ms of a 60 ms `attnroof model`). Not done for main(argv)
+        # called by another program, whose objects are not ours to keep.
+        gc.freeze()
     try:
         return int(args.handler(args) or 0)
     except AttnroofError as e:
