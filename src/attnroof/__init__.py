@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from attnroof.devices import Device, get_device
     from attnroof.dtypes import DType, dtype
     from attnroof.errors import AttnroofError
-    from attnroof.ops import attention, decode, linear
+    from attnroof.ops.attention import attention, decode  # (from attnroof.ops confuses mypy here)
+    from attnroof.ops.linear import linear
     from attnroof.roofline import Placement, Roof, place
 
 __version__ = "0.1.0"
