@@ -1,28 +1,53 @@
 """Speed targets, measured (not a timed test): run ``python benchmarks/speed.py``.
 
+Throughput, the median of several runs:
+
 - ``attnroof sheet`` from a cold start (a new interpreter each run): target < 1.5 s wall.
 - a vectorised sweep of 1,000,000 (s, d) points, unfused and fused: target < 1 s.
 - a whole model (Llama-3.1-8B decode) on a 100 × 100 grid of batch × context, one evaluation
   of its layer table on arrays: target < 1 s.
-- start-up beside a peer: ``attention``, ``decode``, ``linear`` and ``model`` each against
-  ``llm-flops estimate`` (PyPI's llm-flops, the same analysis of Llama-3.1-8B at 8k on an H100),
-  both run by this interpreter, best of several cold starts each: target ≤ 1.0× the peer.
-  Without llm-flops installed (``pip install llm-flops``) the pairs are skipped.
 
-Wall times on a shared machine are noisy: start-ups are compared by their best run (the least
-disturbed), throughput targets by their median.
+Start-up beside peers, whole processes, paired: each round runs every command once, in a
+shuffled order, so that the machine's load falls on attnroof and its peers alike; each figure
+is the median of the rounds (15 unless ``--runs`` says more), never the best run.
+
+- ``attnroof --help`` against ``llm-flops --help``: target ≤ 1.0×.
+- ``attnroof attention``, ``decode``, ``linear`` and ``model`` (``--json``; the same analysis of
+  Llama-3.1-8B at 8k on an H100 for ``model``) each against ``llm-flops estimate`` of that
+  model: target ≤ 1.0×.
+- beside each, the ratio to ridgepoint (``ridgepoint fit llama-3-8b --gpu h100-80gb --ctx 8192
+  --json``, and its ``--help``), the lightest peer: reported, no target.
+
+The peers are never attnroof's dependencies. Install them in a scratch environment and name
+its interpreter::
+
+    python -m venv /tmp/peers && /tmp/peers/bin/pip install llm-flops ridgepoint
+    python benchmarks/speed.py --peer-python /tmp/peers/bin/python   # or $ATTNROOF_PEER_PYTHON
+
+By default a peer runs on this interpreter with that environment's packages on PYTHONPATH, so
+that every command starts the same interpreter with the same site set-up (a site-packages
+``.pth`` hook can cost a plain ``python -c pass`` 20 ms here that a bare venv does not pay);
+``--peer-run own`` runs the peers by their own interpreter instead. A peer not installed there
+is skipped, with a line that says so.
+
+attnroof's source is byte-compiled first, as ``pip install`` does for the peers, so that no
+run pays for compiling it (``PYTHONDONTWRITEBYTECODE`` would otherwise make every run do so).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import argparse
+import compileall
+import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,20 +65,14 @@ GRID_TARGET_S = 1.0
 PEER_RATIO_TARGET = 1.0
 POINTS = 1_000_000
 GRID_SIDE = 100
-RUNS = 7
+SHEET_RUNS = 7
+MIN_ROUNDS = 15
 
-PEER = [
-    "-c",
-    "import sys; from llmflops.cli import main; sys.exit(main())",  # the llm-flops console script
-    "estimate",
-    "meta-llama/Llama-3.1-8B",
-    "-s",
-    "8192",
-    "-g",
-    "H100-SXM",
-    "--no-hf",
-    "--json",
-]
+LLM_FLOPS = "import sys; from llmflops.cli import main; sys.exit(main())"  # its console script
+RIDGEPOINT = "import sys; from ridgepoint.cli import main; sys.exit(main())"  # its console script
+PEER = ["estimate", "meta-llama/Llama-3.1-8B", "-s", "8192", "-g", "H100-SXM", "--no-hf", "--json"]
+LIGHT_PEER = ["fit", "llama-3-8b", "--gpu", "h100-80gb", "--ctx", "8192", "--json"]
+"""ridgepoint has Llama-3-8B (the same shape as 3.1-8B) and no 3.1; its H100 is "h100-80gb"."""
 PAIRS = {
     "attention": ["attention", "-s", "8192", "-d", "128", "--device", "h100", "--json"],
     "decode": ["decode", "-s", "8192", "-d", "128", "--heads", "32", "--group", "4", "--device", "h100", "--json"],
@@ -62,16 +81,20 @@ PAIRS = {
         "model", "--model", "llama-3.1-8b", "--phase", "decode", "--context", "8192", "--device", "h100", "--json",
     ],
 }  # fmt: skip
+PEER_PACKAGES = {"llm-flops": "llmflops", "ridgepoint": "ridgepoint"}
+
+Command = tuple[list[str], dict[str, str]]
 
 
-def _cold(argv: list[str], runs: int = RUNS) -> list[float]:
-    env = dict(os.environ, PYTHONPATH=str(SRC))
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, *argv], check=True, capture_output=True, env=env)
-        times.append(time.perf_counter() - t0)
-    return times
+def _attnroof(argv: list[str]) -> Command:
+    return [sys.executable, "-m", "attnroof", *argv], dict(os.environ, PYTHONPATH=str(SRC))
+
+
+def _once(command: Command) -> float:
+    argv, env = command
+    t0 = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, env=env)
+    return time.perf_counter() - t0
 
 
 def _warm(fn: Callable[[], object], runs: int = 5) -> list[float]:
@@ -100,47 +123,157 @@ def time_grid() -> list[float]:
     return _warm(lambda: grid(model, "decode", batches, contexts, roof, capacity_bytes=80e9))
 
 
-def main() -> int:
+def paired(commands: dict[str, Command], rounds: int, seed: int = 0) -> dict[str, list[float]]:
+    """Wall times of each command: every round runs each once, in a new shuffled order."""
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {label: [] for label in commands}
+    for command in commands.values():  # a first run of each, not timed: files in the page cache
+        _once(command)
+    for _ in range(rounds):
+        order = list(commands)
+        rng.shuffle(order)
+        for label in order:
+            times[label].append(_once(commands[label]))
+    return times
+
+
+# ---------------------------------------------------------------- the peers
+
+
+def find_peers(python: str) -> dict[str, Any] | None:
+    """What ``python`` has: each peer's version (None: not installed), its package folders and
+    its Python version; None when ``python`` does not run."""
+    probe = (
+        "import importlib.metadata as m, importlib.util as u, json, sys, sysconfig\n"
+        "def version(dist, pkg):\n"
+        "    try:\n"
+        "        return m.version(dist) if u.find_spec(pkg) else None\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return None\n"
+        f"peers = {{d: version(d, p) for d, p in {PEER_PACKAGES!r}.items()}}\n"
+        "paths = list(dict.fromkeys([sysconfig.get_path('purelib'), sysconfig.get_path('platlib')]))\n"
+        "print(json.dumps({'peers': peers, 'paths': paths, 'python': list(sys.version_info[:2])}))\n"
+    )
+    try:
+        r = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    if r.returncode != 0:
+        return None
+    found: dict[str, Any] = json.loads(r.stdout)
+    return found
+
+
+def peer_commands(python: str, found: dict[str, Any], run: str) -> tuple[str, dict[str, Command]]:
+    """How the peers are run (a line saying so) and their commands, by label."""
+    same = run == "same" and found["python"] == list(sys.version_info[:2])
+    if same:
+        interpreter, env = sys.executable, dict(os.environ, PYTHONPATH=os.pathsep.join(found["paths"]))
+        how = f"run by this interpreter ({sys.executable}) with {python}'s packages on PYTHONPATH"
+    else:
+        interpreter, env = python, {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        how = f"run by their own interpreter, {python}" + (
+            "" if run == "own" else " (its Python version differs from this one's)"
+        )
+    peers: dict[str, str | None] = found["peers"]
+    commands: dict[str, Command] = {}
+    if peers["llm-flops"]:
+        commands["llm-flops estimate"] = ([interpreter, "-c", LLM_FLOPS, *PEER], env)
+        commands["llm-flops --help"] = ([interpreter, "-c", LLM_FLOPS, "--help"], env)
+    if peers["ridgepoint"]:
+        commands["ridgepoint fit"] = ([interpreter, "-c", RIDGEPOINT, *LIGHT_PEER], env)
+        commands["ridgepoint --help"] = ([interpreter, "-c", RIDGEPOINT, "--help"], env)
+    if not same:
+        commands["peers' interpreter alone (-c pass)"] = ([interpreter, "-c", "pass"], env)
+    versions = ", ".join(f"{name} {v}" for name, v in peers.items() if v)
+    return f"peers: {versions}; {how}", commands
+
+
+# ---------------------------------------------------------------- the run
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--runs", type=int, default=MIN_ROUNDS, help=f"rounds of start-ups (default {MIN_ROUNDS})"
+    )
+    ap.add_argument(
+        "--peer-python",
+        default=os.environ.get("ATTNROOF_PEER_PYTHON", sys.executable),
+        metavar="PATH",
+        help="the interpreter of the environment llm-flops and ridgepoint are installed in "
+        "(default $ATTNROOF_PEER_PYTHON, else this one)",
+    )
+    ap.add_argument(
+        "--peer-run",
+        choices=("same", "own"),
+        default="same",
+        help="run the peers by this interpreter with their packages on the path (same, the default) "
+        "or by their own interpreter (own)",
+    )
+    ap.add_argument("--startup-only", action="store_true", help="skip the throughput targets")
+    args = ap.parse_args(argv)
     ok = True
 
     def report(label: str, value: float, target: float, unit: str, detail: str = "") -> None:
         nonlocal ok
         good = value <= target
         ok &= good
-        print(f"{label:52s} {value:8.3f} {unit:2s} (target ≤ {target}{detail}) {'ok' if good else 'SLOW'}")
+        print(f"{label:56s} {value:8.3f} {unit:2s} (target ≤ {target}{detail}) {'ok' if good else 'SLOW'}")
 
-    report(
-        "attnroof sheet, cold start, median",
-        statistics.median(_cold(["-m", "attnroof", "sheet"])),
-        SHEET_TARGET_S,
-        "s",
-    )
-    report(
-        f"vectorised sweep, {POINTS:,} (s, d) points, median",
-        statistics.median(time_sweep()),
-        SWEEP_TARGET_S,
-        "s",
-    )
-    report(
-        f"Llama-3.1-8B decode, {GRID_SIDE}×{GRID_SIDE} batch × context grid, median",
-        statistics.median(time_grid()),
-        GRID_TARGET_S,
-        "s",
-    )
-    if importlib.util.find_spec("llmflops") is None:
-        print("llm-flops is not installed (pip install llm-flops): start-up pairs skipped")
-        return 0 if ok else 1
-    peer = min(_cold(PEER))
-    print(f"{'llm-flops estimate (Llama-3.1-8B, 8k, H100), best':52s} {peer:8.3f} s")
-    for name, argv in PAIRS.items():
-        best = min(_cold(["-m", "attnroof", *argv]))
+    compileall.compile_dir(str(SRC), quiet=1)  # as an installed package is: no run compiles it
+    if not args.startup_only:
         report(
-            f"attnroof {name} --json, best of {RUNS}, ÷ llm-flops",
-            best / peer,
-            PEER_RATIO_TARGET,
-            "×",
-            f"; {best:.3f} s",
+            f"attnroof sheet, cold start, median of {SHEET_RUNS}",
+            statistics.median(_once(_attnroof(["sheet"])) for _ in range(SHEET_RUNS)),
+            SHEET_TARGET_S,
+            "s",
         )
+        report(
+            f"vectorised sweep, {POINTS:,} (s, d) points, median",
+            statistics.median(time_sweep()),
+            SWEEP_TARGET_S,
+            "s",
+        )
+        report(
+            f"Llama-3.1-8B decode, {GRID_SIDE}×{GRID_SIDE} batch × context grid, median",
+            statistics.median(time_grid()),
+            GRID_TARGET_S,
+            "s",
+        )
+
+    found = find_peers(args.peer_python)
+    if not found or not any(found["peers"].values()):
+        print(
+            f"no peers at {args.peer_python}: start-up pairs skipped (install them apart: python -m venv "
+            "/tmp/peers && /tmp/peers/bin/pip install llm-flops ridgepoint; then --peer-python "
+            "/tmp/peers/bin/python or ATTNROOF_PEER_PYTHON=/tmp/peers/bin/python)"
+        )
+        return 0 if ok else 1
+    how, commands = peer_commands(args.peer_python, found, args.peer_run)
+    ours: dict[str, Command] = {"attnroof --help": _attnroof(["--help"])}
+    ours |= {f"attnroof {name} --json": _attnroof(argv) for name, argv in PAIRS.items()}
+    alone: dict[str, Command] = {"this interpreter alone (-c pass)": ([sys.executable, "-c", "pass"], {})}
+    rounds = max(args.runs, 1)
+    print(
+        f"start-up, whole processes: median of {rounds} rounds, each running every command once in "
+        f"a shuffled order\n{how}"
+    )
+    times = paired(ours | commands | alone, rounds)
+    med = {label: statistics.median(t) for label, t in times.items()}
+    for label in [*alone, *commands, *ours]:
+        print(f"  {label:54s} {1e3 * med[label]:7.1f} ms")
+    for label in ours:
+        versus = "llm-flops --help" if label.endswith("--help") else "llm-flops estimate"
+        light = "ridgepoint --help" if label.endswith("--help") else "ridgepoint fit"
+        beside = f"; ÷ {light} {med[label] / med[light]:.2f}×" if light in med else ""
+        if versus in med:
+            report(f"{label} ÷ {versus}", med[label] / med[versus], PEER_RATIO_TARGET, "×", beside)
+        else:
+            print(f"{label}: llm-flops is not installed at {args.peer_python}: no target{beside}")
+    if rounds < MIN_ROUNDS:
+        print(f"(only {rounds} rounds: the targets ask for the median of {MIN_ROUNDS} or more)")
+        ok = False
     return 0 if ok else 1
 
 

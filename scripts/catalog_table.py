@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The built-in device catalog as a Markdown table, generated from ``catalog.toml``.
+"""What is generated from the built-in device catalog, ``catalog.toml``: the README's Markdown
+table, and ``catalog.json`` (the catalog already parsed, which start-up reads instead of the TOML).
 
     python scripts/catalog_table.py            # print the table
-    python scripts/catalog_table.py --write    # rewrite it into README.md between the markers
-    python scripts/catalog_table.py --check    # exit 1 if README.md's table is out of date
+    python scripts/catalog_table.py --write    # rewrite it into README.md, and catalog.json
+    python scripts/catalog_table.py --check    # exit 1 if either is out of date
 
 The table is the one ``attnroof devices`` prints, for the packaged catalog only (``$ATTNROOF_DEVICES``
 is ignored), so the README never carries a figure by hand.
@@ -22,13 +23,22 @@ END = "<!-- catalog:end -->"
 
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnroof.devices import builtin_devices  # noqa: E402
+from attnroof.devices import CATALOG_CACHE, CATALOG_FILE, builtin_devices, catalog_cache  # noqa: E402
 from attnroof.text.devices import catalog_table  # noqa: E402
 
 
 def markdown_table() -> str:
     """The table of the packaged catalog: peak bf16 TFLOP/s, TB/s, GB and ridge per device."""
     return catalog_table(builtin_devices())
+
+
+def cache_text() -> str:
+    """What ``catalog.json`` should hold for the catalog as it is now."""
+    return catalog_cache(CATALOG_FILE.read_text(encoding="utf-8"))
+
+
+def cache_is_current() -> bool:
+    return CATALOG_CACHE.is_file() and CATALOG_CACHE.read_text(encoding="utf-8") == cache_text()
 
 
 def splice(text: str, table: str) -> str:
@@ -42,8 +52,12 @@ def splice(text: str, table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite README.md between the markers")
-    mode.add_argument("--check", action="store_true", help="exit 1 if README.md is out of date")
+    mode.add_argument(
+        "--write", action="store_true", help="rewrite README.md between the markers, and catalog.json"
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 if README.md or catalog.json is out of date"
+    )
     args = p.parse_args(argv)
     table = markdown_table()
     if not (args.write or args.check):
@@ -56,12 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"catalog_table: {e}", file=sys.stderr)
         return 2
     if args.check:
-        if new != text:
-            print("catalog_table: README.md is out of date; run it with --write", file=sys.stderr)
+        stale = [
+            name
+            for name, current in (("README.md", new == text), ("catalog.json", cache_is_current()))
+            if not current
+        ]
+        if stale:
+            print(f"catalog_table: {' and '.join(stale)} out of date; run it with --write", file=sys.stderr)
             return 1
         return 0
     if new != text:
         README.write_text(new, encoding="utf-8")
+    if not cache_is_current():
+        CATALOG_CACHE.write_text(cache_text(), encoding="utf-8")
     return 0
 
 

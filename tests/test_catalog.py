@@ -523,3 +523,31 @@ def test_readme_example_file_loads(tmp_path):
     env = {ENV_VAR: str(path)}
     assert get_device("h100", env=env).bandwidth_bytes_per_s == 3.09e12
     assert get_device("lab", env=env).name == "Lab accelerator"
+
+
+# ---------------------------------------------------------------- the parsed copy start-up reads
+
+
+def test_the_parsed_catalog_is_current():
+    assert _script().cache_is_current(), "run: python scripts/catalog_table.py --write"
+
+
+def test_the_parsed_catalog_gives_the_toml_devices():
+    import attnroof.devices as devices
+
+    text = devices.CATALOG_FILE.read_text(encoding="utf-8")
+    assert devices._parsed_catalog(text) is not None  # the JSON is what is read
+    assert builtin_devices() == devices.parse_devices(text, "catalog.toml")
+
+
+@pytest.mark.parametrize("cache", [None, "not json", '{"toml_crc32": 1, "document": {"device": []}}'])
+def test_a_stale_or_missing_parsed_catalog_is_not_read(tmp_path, monkeypatch, cache):
+    import attnroof.devices as devices
+
+    path = tmp_path / "catalog.json"
+    if cache is not None:
+        path.write_text(cache, encoding="utf-8")
+    monkeypatch.setattr(devices, "CATALOG_CACHE", path)
+    text = devices.CATALOG_FILE.read_text(encoding="utf-8")
+    assert devices._parsed_catalog(text) is None
+    assert builtin_devices() == devices.parse_devices(text, "catalog.toml")

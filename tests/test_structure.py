@@ -82,19 +82,62 @@ def test_modules_are_small_or_say_why(path: Path) -> None:
 
 
 def test_the_command_index_names_each_commands_module() -> None:
-    """cli.py imports only the module of the command being run; the index it reads must list
-    every command, each at the module that defines it."""
+    """cli.py builds the top-level parser from the index alone and imports a command's module
+    only when that command runs: the index must list every command, each at the module that
+    defines it, with the module's own summary, in the order of the commands' ``order``."""
     import importlib
     import pkgutil
 
     import attnroof.commands as pkg
 
-    found = {}
+    found, summaries, commands = {}, {}, []
     for m in pkgutil.iter_modules(pkg.__path__):
         if not m.name.startswith("_"):
             for command in importlib.import_module(f"attnroof.commands.{m.name}").COMMANDS:
                 found[command.name] = m.name
+                summaries[command.name] = command.help
+                commands.append(command)
     assert found == pkg.MODULE_OF_COMMAND
+    assert summaries == {name: summary for name, _, summary in pkg.COMMAND_INDEX}
+    listed = [c.name for c in sorted(commands, key=lambda c: c.order)]
+    assert listed == [name for name, _, _ in pkg.COMMAND_INDEX]
+
+
+def test_the_lazy_parser_is_the_full_parser() -> None:
+    """``attnroof --help`` from the index reads exactly as from every command's module."""
+    from attnroof.cli import build_parser
+
+    lazy = build_parser(lazy=True)
+    assert lazy.format_help() == build_parser().format_help()
+    assert lazy.format_usage() == build_parser().format_usage()
+
+
+def test_command_modules_import_each_other_one_way() -> None:
+    """No loop among the command modules, counting imports inside functions: a module that
+    another one needs is below it (shared pieces go to a third module, as ``_results`` for
+    ``measure`` and ``_collectives``)."""
+    commands = {p.stem: p for p in MODULES if _rel(p).startswith("commands/") and p.stem != "__init__"}
+    needs = {
+        name: {
+            n.rsplit(".", 1)[-1]
+            for n in _imports(_tree(path), top_level_only=False)
+            if n.startswith("attnroof.commands.") and n.rsplit(".", 1)[-1] in commands
+        }
+        - {name}
+        for name, path in commands.items()
+    }
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, " -> ".join((*path[path.index(name) :], name))
+        if name in done:
+            return
+        for other in sorted(needs[name]):
+            visit(other, (*path, name))
+        done.add(name)
+
+    for name in sorted(commands):
+        visit(name, ())
 
 
 # ---------------------------------------------------------------- the import graph
@@ -207,8 +250,8 @@ MODEL_RANKS = [
     {"spec"},  # the config's shapes
     {"hf_config", "hub"},  # reading a config, finding its file
     {"config"},  # a model by name, path or repository
-    {"rows", "parallel"},  # a layer's rows; a row cut for one device
-    {"layers"},  # the layer table
+    {"rows", "shard"},  # a layer's rows; a row cut for one device
+    {"layers", "parallel"},  # the layer table; plans and their groups
     {"costs", "memory", "notes"},  # a step's operators and memory
     {"analysis", "grid"},  # a step on a roof
     {"batching", "training_memory"},

@@ -82,9 +82,9 @@ def _results(args: argparse.Namespace) -> Any:
     if not args.output:
         require(not args.resume, "--resume continues the file named by -o: give -o FILE.jsonl")
         return None
-    from attnroof.commands.measure import _suite_file
+    from attnroof.commands._results import suite_file
 
-    results = _suite_file(args)
+    results = suite_file(args)
     from attnroof.measure.records import ERROR
 
     failed = [r for r in results.records if r.get("status") == ERROR]
@@ -139,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if results is None:
             raise KeyboardInterrupt(f"{plural(len(made), 'measurement')} made, none kept (no -o)") from None
-        from attnroof.commands.measure import _interrupted
+        from attnroof.commands._results import interrupted
 
-        raise KeyboardInterrupt(_interrupted(results, args.output)) from None
+        raise KeyboardInterrupt(interrupted(results, args.output)) from None
     finally:
         if results is not None:
             results.close()

@@ -40,10 +40,16 @@ class Command:
     description: str = ""
 
     def register(self, sub: Any) -> argparse.ArgumentParser:
-        p = sub.add_parser(self.name, help=self.help, description=self.description or self.help)
+        p = sub.add_parser(self.name, help=self.help)
+        self.fill(p)
+        return p
+
+    def fill(self, p: argparse.ArgumentParser) -> None:
+        """Make ``p`` this command's parser: its description, its arguments and its handler
+        (``p`` may have been made before, from the command index, with the name alone)."""
+        p.description = self.description or self.help
         self.setup(p)
         p.set_defaults(handler=self.handler)
-        return p
 
 
 # ---------------------------------------------------------------- argument types

@@ -9,15 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
 from attnroof.commands._train import recompute_of
-from attnroof.devices import Device
-from attnroof.devices.links import Links
 from attnroof.errors import InputError
-from attnroof.model.parallel import Plan
-from attnroof.model.spread import Spread, spread
 from attnroof.model.train_options import TRAIN
-from attnroof.model.train_spread import train_spread
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the many-devices code is loaded only when a parallel flag is given
+    from attnroof.devices import Device
+    from attnroof.devices.links import Links
+    from attnroof.model.parallel import Plan
+    from attnroof.model.spread import Spread
     from attnroof.model.training_memory import TrainPrecision
 
 MAX_FIT_DEVICES = 4096
@@ -67,6 +66,8 @@ def wants_parallel(args: argparse.Namespace) -> bool:
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
+    from attnroof.model.parallel import Plan
+
     ep = args.ep or 1
     dp = args.dp if args.dp is not None else ep
     return Plan(
@@ -89,6 +90,9 @@ def links_of(args: argparse.Namespace, dev: Device) -> Links:
 
 def run_parallel(job: Any) -> int:
     """Dispatch ``model`` with parallel flags: one plan, a TP sweep or the smallest fit."""
+    from attnroof.model.spread import spread
+    from attnroof.model.train_spread import train_spread
+
     args = job.args
     if getattr(args, "calibration", None) and (args.phase == TRAIN or args.fit or args.sweep_tp):
         raise InputError(

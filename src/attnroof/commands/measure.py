@@ -12,7 +12,6 @@ ceilings (and of a catalog device with ``--device``). torch is imported inside t
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from typing import Any
 
@@ -23,6 +22,7 @@ from attnroof.commands._common import (
     require,
     resolve_heads,
 )
+from attnroof.commands._results import interrupted, results_file, suite_file
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError, read_json
 from attnroof.text.render import plural
@@ -144,6 +144,9 @@ def _output(
 # ---------------------------------------------------------------- handlers
 
 
+_FORCE_HINT = " (pass --force to overwrite it, or choose another -o)"
+
+
 def _ceilings_run(args: argparse.Namespace) -> int:
     from attnroof import outfile
     from attnroof.measure.kernels import check_dtype
@@ -203,7 +206,7 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
         ]
     else:
         cases = [K.linear_case(args.n, args.k, args.m, dt=dt)]
-    results = _results_file(args.output) if args.output else None  # a bad -o fails before any work
+    results = results_file(args.output) if args.output else None  # a bad -o fails before any work
     dev = _torch_device(args)
     measured = _ceilings_for(dev, dt, given)
     from attnroof.measure.runner import measure_case
@@ -220,53 +223,10 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
     return _output(args, dev, measured, catalog, records, [note])
 
 
-_FORCE_HINT = " (pass --force to overwrite it, or choose another -o)"
-
-
-def _results_file(path: str, *, keep: bool = True) -> Any:
-    """The JSON-lines results file at ``path``, with the measurements already in it loaded
-    (``keep=False``: emptied)."""
-    from attnroof.measure.records import ResultsFile
-
-    try:
-        return ResultsFile(path, resume=keep)
-    except OSError as e:
-        raise InputError(f"-o {path!r}: {e.strerror or e}") from None
-
-
-def _interrupted(results: Any, path: str) -> str:
-    """What an interrupted suite leaves, and how to finish it (the line after "interrupted")."""
-    from attnroof import outfile
-
-    if results.stream:
-        return f"{plural(len(results.records), 'measurement')} written to {path}"
-    kept = outfile.measurements_in(path) or "no measurements"  # the file, not memory: it is what counts
-    return f"{kept} kept in {path} — rerun with --resume to finish"
-
-
-def _suite_file(args: argparse.Namespace) -> Any:
-    """The suite's results file: kept (``--resume``), started over (``--force``), or new; a file
-    that holds measurements is refused without one of them, and left as it was."""
-    from attnroof import outfile
-
-    if args.resume and args.force:
-        raise InputError("--resume keeps what -o holds and --force starts it over: choose one")
-    held = None if args.resume or args.force else outfile.measurements_in(args.output)
-    if held is None:
-        results = _results_file(args.output, keep=not args.force)
-        if args.resume or not results.records:
-            return results
-        held = plural(len(results.records), "measurement")
-    raise InputError(
-        f"-o {args.output!r} already holds {held}: pass --resume to continue it, --force to start "
-        "it over, or name another file (nothing measured is overwritten)"
-    )
-
-
 def _suite_run(args: argparse.Namespace) -> int:
     dt, catalog, given = _validate(args)
     impls = _impls(args, "suite")
-    results = _suite_file(args)  # a file that must not be touched is refused before torch loads
+    results = suite_file(args)  # a file that must not be touched is refused before torch loads
     dev = _torch_device(args)
     from attnroof.measure.suite import plan_cases, run_suite
     from attnroof.text.measure import case_label
@@ -292,12 +252,18 @@ def _suite_run(args: argparse.Namespace) -> int:
             progress=None if args.json else progress,
         )
     except KeyboardInterrupt:
-        raise KeyboardInterrupt(_interrupted(results, args.output)) from None
+        raise KeyboardInterrupt(interrupted(results, args.output)) from None
     note = _ncu(args, dev, records, cases)
     if note and any(r.get("ncu_bytes") is not None for r in records):
         results.rewrite(records)
     notes = [note, f"results: {args.output} ({plural(len(records), 'record')})"]
     return _output(args, dev, measured, catalog, records, notes, {"results": args.output})
+
+
+def _collectives_run(args: argparse.Namespace) -> int:
+    from attnroof.commands import _collectives  # its own module: loaded only for this subcommand
+
+    return _collectives.run(args)
 
 
 # ---------------------------------------------------------------- the command
@@ -327,7 +293,7 @@ SUBCOMMANDS = (
         "collectives",
         "time torch.distributed collectives over message sizes: nccl-tests' algbw and busbw",
         flags.collectives_setup,
-        lambda a: importlib.import_module("attnroof.commands._collectives").run(a),  # its own module
+        _collectives_run,
     ),
 )
 

@@ -19,17 +19,17 @@ from attnroof.commands._common import (
 )
 from attnroof.commands._parallel import add_parallel_args, run_parallel, wants_parallel
 from attnroof.commands._train import add_train_args, check_train_flags, run_train
-from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
-from attnroof.model.analysis import ModelAnalysis, analyse
-from attnroof.model.layers import Precision, config_json
 from attnroof.model.train_options import TRAIN
 from attnroof.ops.experts import ROUTINGS, UNIFORM
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
-from attnroof.roofline import Roof
 
-if TYPE_CHECKING:  # the text layer is loaded only for text output
+if TYPE_CHECKING:  # the analysis is loaded when a step is analysed, the text layer for text output
+    from attnroof.devices import Device
+    from attnroof.model.analysis import ModelAnalysis
+    from attnroof.model.layers import Precision
+    from attnroof.roofline import Roof
     from attnroof.text.model import Setting
 
 
@@ -96,6 +96,8 @@ class _Job:
 
     @property
     def prec(self) -> Precision:
+        from attnroof.model.layers import Precision
+
         return Precision(self.dt.itemsize, self.wdt.itemsize, self.kdt.itemsize)
 
     @property
@@ -108,6 +110,8 @@ class _Job:
         return {"routing": self.args.routing, "latent_form": self.args.mla}
 
     def analyse(self, batch: int) -> ModelAnalysis:
+        from attnroof.model.analysis import analyse
+
         a = self.args
         return analyse(
             self.model, a.phase, batch, a.context, self.roof, self.prec,
@@ -115,6 +119,8 @@ class _Job:
         )  # fmt: skip
 
     def json_head(self) -> dict[str, Any]:
+        from attnroof.model.layers import config_json
+
         return {
             "model": self.model.name,
             "phase": self.args.phase,
@@ -221,6 +227,8 @@ def _sweep(job: _Job) -> int:
 
 def _print_list(models: list[ModelConfig], as_json: bool) -> int:
     if as_json:
+        from attnroof.model.layers import config_json
+
         emit_json({"models": [config_json(m) for m in models]})
         return 0
     from attnroof.text.model import models_table

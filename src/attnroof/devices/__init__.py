@@ -26,7 +26,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,6 +49,11 @@ from attnroof.errors import DeviceFileError, InputError, MissingPeak, UnknownDev
 CATALOG_FILE = Path(__file__).with_name("catalog.toml")
 """The packaged catalog, read beside this module (a plain path: importlib.resources' import costs
 more than the read, and attnroof is never run from a zip)."""
+CATALOG_CACHE = CATALOG_FILE.with_name("catalog.json")
+"""The catalog already parsed, as JSON: reading it takes a twentieth of the time parsing the TOML
+does (some 5 ms, most of a command's run after its imports). ``scripts/catalog_table.py --write``
+writes it; it is read only while the CRC-32 it records matches the TOML's text, so an edited
+catalog is never read stale (the TOML is parsed instead), and a test keeps it current."""
 ENV_VAR = "ATTNROOF_DEVICES"
 """A TOML file, or a folder of them, whose devices add to or replace the catalog's."""
 
@@ -258,8 +262,14 @@ def _opt_float(value: Any) -> float | None:
 
 def parse_devices(text: str, origin: str) -> list[Device]:
     """Devices in a TOML document: a top-level device, or a ``[[device]]`` list."""
+    return devices_in(_toml(text, origin), origin)
+
+
+def _toml(text: str, origin: str) -> dict[str, Any]:
+    import tomllib  # a device file's, or the catalog's when its parsed copy is not current
+
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DeviceFileError(f"{origin}: not valid TOML: {e}") from None
     except RecursionError:
@@ -267,6 +277,10 @@ def parse_devices(text: str, origin: str) -> list[Device]:
     except ValueError as e:  # int('9' * 5000): Python's limit on integer string conversion
         why = "an integer has more digits than any figure could (over 4300)" if "digits" in str(e) else e
         raise DeviceFileError(f"{origin}: not valid TOML data: {why}") from None
+
+
+def devices_in(doc: dict[str, Any], origin: str) -> list[Device]:
+    """Devices in a parsed document: a top-level device, or a ``device`` list of tables."""
     if "device" in doc:
         records = doc["device"]
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -318,7 +332,38 @@ def _check_duplicates(devices: Iterable[Device]) -> None:
 def builtin_devices() -> list[Device]:
     """The packaged catalog, in file order."""
     text = CATALOG_FILE.read_text(encoding="utf-8")
-    return parse_devices(text, "catalog.toml")
+    doc = _parsed_catalog(text)
+    return parse_devices(text, "catalog.toml") if doc is None else devices_in(doc, "catalog.toml")
+
+
+def catalog_cache(text: str) -> str:
+    """What :data:`CATALOG_CACHE` holds for the catalog ``text``: its document as JSON, with the
+    text's CRC-32."""
+    import json
+    import zlib
+
+    cache = {
+        "generated": "from catalog.toml by scripts/catalog_table.py --write: edit the TOML, not this",
+        "toml_crc32": zlib.crc32(text.encode("utf-8")),
+        "document": _toml(text, "catalog.toml"),
+    }
+    return json.dumps(cache, ensure_ascii=False, indent=1) + "\n"
+
+
+def _parsed_catalog(text: str) -> dict[str, Any] | None:
+    """The catalog's document from :data:`CATALOG_CACHE`, or None when that is missing,
+    unreadable or made from another text."""
+    import json
+    import zlib
+
+    try:
+        cache = json.loads(CATALOG_CACHE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cache, dict) or cache.get("toml_crc32") != zlib.crc32(text.encode("utf-8")):
+        return None
+    doc = cache.get("document")
+    return doc if isinstance(doc, dict) else None
 
 
 def user_devices(env: Mapping[str, str] | None = None) -> list[Device]:

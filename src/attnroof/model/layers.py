@@ -36,7 +36,7 @@ from functools import lru_cache
 from typing import Any
 
 from attnroof.model import rows
-from attnroof.model.parallel import Shard, shard_row
+from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import rule
 from attnroof.row import (

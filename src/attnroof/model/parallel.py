@@ -1,7 +1,7 @@
 """A model cut across devices: tensor (TP), pipeline (PP), expert (EP) and data (DP) parallelism.
 
 One device holds one pipeline stage's layers (``L/pp`` of them, the input tables on the first
-stage and the head on the last) and one tensor-parallel slice of each (:func:`shard_row`):
+stage and the head on the last) and one tensor-parallel slice of each (:func:`attnroof.model.shard.shard_row`):
 
     row split     per device                                collective it needs (TP > 1)
     column        output width m/t (QKV, gate/up)           —
@@ -28,14 +28,24 @@ scale-up domain, the scale-out link otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
+from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
-from attnroof.operators import rule
-from attnroof.row import REPLICATED, OpInstance
+
+__all__ = [
+    "Plan",
+    "Shard",
+    "check_plan",
+    "check_sequence_split",
+    "group_link",
+    "kv_share",
+    "shard_row",
+    "stages",
+]  # Shard and shard_row live in attnroof.model.shard, below the layer table
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +86,6 @@ class Plan:
             "overlap": self.overlap,
             "zero": self.zero,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    """What one device holds: a TP slice of layers ``first`` to ``stop − 1``, 1/ep of the experts."""
-
-    tp: int
-    ep: int
-    first: int
-    stop: int
-    sp: bool = False
 
 
 def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
@@ -146,27 +145,6 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
-
-
-def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
-    """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` as its
-    operator's entry cuts its split (:mod:`attnroof.operators`), experts spread over ``shard.ep``,
-    element-wise passes on 1/t of the tokens under sequence parallelism; so that the operator
-    table costs exactly what the device runs."""
-    entry = rule(row)
-    shape, frac = entry.cut(row, shard.tp)  # frac: the share of the row's parameters kept
-    if entry.routed and shard.ep > 1:
-        shape["ep"] = shard.ep
-        frac /= shard.ep
-    if shard.sp and entry.sequence_parallel and row.split == REPLICATED and row.per_layer:
-        shape["sequence_shards"] = shard.tp
-    return replace(
-        row,
-        shape=shape,
-        params=round(row.params * frac),
-        params_read=round(row.params_read * frac),
-        active_params=None if row.active_params is None else round(row.active_params * frac),
-    )
 
 
 def kv_share(model: ModelConfig, t: int) -> float:

@@ -1,0 +1,44 @@
+"""What one device of a parallel plan holds (:class:`Shard`), and one layer-table row cut for it
+(:func:`shard_row`): the layer table's view of a plan. Plans, groups and links are
+:mod:`attnroof.model.parallel`'s; how each operator's row is cut is its entry's
+(:mod:`attnroof.operators`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from attnroof.operators import rule
+from attnroof.row import REPLICATED, OpInstance
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """What one device holds: a TP slice of layers ``first`` to ``stop − 1``, 1/ep of the experts."""
+
+    tp: int
+    ep: int
+    first: int
+    stop: int
+    sp: bool = False
+
+
+def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
+    """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` as its
+    operator's entry cuts its split (:mod:`attnroof.operators`), experts spread over ``shard.ep``,
+    element-wise passes on 1/t of the tokens under sequence parallelism; so that the operator
+    table costs exactly what the device runs."""
+    entry = rule(row)
+    shape, frac = entry.cut(row, shard.tp)  # frac: the share of the row's parameters kept
+    if entry.routed and shard.ep > 1:
+        shape["ep"] = shard.ep
+        frac /= shard.ep
+    if shard.sp and entry.sequence_parallel and row.split == REPLICATED and row.per_layer:
+        shape["sequence_shards"] = shard.tp
+    return replace(
+        row,
+        shape=shape,
+        params=round(row.params * frac),
+        params_read=round(row.params_read * frac),
+        active_params=None if row.active_params is None else round(row.active_params * frac),
+    )
