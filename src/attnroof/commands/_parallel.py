@@ -19,8 +19,6 @@ if TYPE_CHECKING:  # the many-devices code is loaded only when a parallel flag i
     from attnroof.model.spread import Spread
     from attnroof.model.training_memory import TrainPrecision
 
-MAX_FIT_DEVICES = 4096
-"""``--fit`` searches device counts (powers of two) up to this many."""
 
 
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
@@ -163,43 +161,9 @@ def totals_of(job: Any, s: Spread) -> dict[str, Any]:
 
 
 def spread_json(job: Any, s: Spread, links: Links) -> dict[str, Any]:
-    whole = _whole_memory(job)
-    slow = s.slowest
-    per = s.busiest_memory.to_json()
-    per_step = s.plan.dp * (s.plan.microbatches if s.phase == TRAIN else 1)  # a stage's batch is per replica
-    whole.update(
-        capacity_bytes=None
-        if job.device.capacity_bytes is None
-        else job.device.capacity_bytes * s.plan.devices,
-        fits=s.fits,
-        max_batch=None
-        if per["max_batch"] is None
-        else min(st.memory.max_batch or 0 for st in s.stages) * per_step,
-        max_context=per["max_context"],
-        per_device=per,
-    )
-    ops = [o.to_json() for o in slow.ops]
-    if slow.passes:
-        ops = [{"pass": p, **o} for o, p in zip(ops, slow.passes, strict=True)]
-    return {
-        "parallel": s.plan.to_json(),
-        "links": links.to_json(),
-        "ops": ops + [c.to_json() for c in slow.comms + slow.step_comms],
-        "layer_kinds": slow.kinds(),
-        "stages": [
-            {
-                "layers": [st.first, st.stop],
-                "time_s": st.time_s,
-                "compute_time_s": st.compute_time_s,
-                "comm_time_s": st.comm_time_s,
-                "fits": st.memory.fits,
-                "total_bytes": st.memory.total_bytes,
-            }
-            for st in s.stages
-        ],
-        "totals": totals_of(job, s),
-        "memory": whole,
-    }
+    from attnroof.model.plans import spread_json as to_json
+
+    return to_json(s, _whole_memory(job), job.device.capacity_bytes, links, totals_of(job, s))
 
 
 def head_of(job: Any) -> dict[str, Any]:
@@ -248,44 +212,16 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
 
 def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
-    """Powers of two from 1: TP up to the scale-up domain (and the heads), then pipeline stages."""
-    model, tried = job.model, []
-    domain = links.scaleup_domain or MAX_FIT_DEVICES
-    n = 1
-    while n <= MAX_FIT_DEVICES:
-        fits = []
-        for tp in _powers(min(n, domain, model.heads)):
-            pp = n // tp
-            if n % tp or pp > model.layers or model.heads % tp:
-                continue
-            if model.latent is None and model.kv_heads % tp and tp % model.kv_heads:
-                continue
-            m = max(d for d in range(1, pp + 1) if job.args.batch % d == 0)
-            s = run(replace(plan, tp=tp, pp=pp, dp=1, ep=1, microbatches=m))
-            tried.append(s)
-            if s.fits:
-                fits.append(s)
-        if fits:
-            best = min(fits, key=lambda s: s.time_s)
-            if job.args.json:
-                emit_json({**head_of(job), "fit": {"devices": n, "tried": [
-                    {"parallel": s.plan.to_json(), "fits": s.fits, "time_s": s.time_s} for s in tried
-                ]}, **spread_json(job, best, links)})  # fmt: skip
-                return 0
-            from attnroof.text.parallel import fit_text
+    from attnroof.model.plans import fit
 
-            print(fit_text(job.setting, best, tried, links, text_setting(job)))
-            return 0
-        n *= 2
-    raise InputError(f"{model.name} does not fit on {MAX_FIT_DEVICES} devices at --batch {job.args.batch}")
+    found = fit(job.model, job.args.batch, plan, run, links)
+    if job.args.json:
+        emit_json({**head_of(job), "fit": found.to_json(), **spread_json(job, found.best, links)})
+        return 0
+    from attnroof.text.parallel import fit_text
 
-
-def _powers(limit: int) -> list[int]:
-    out, p = [], 1
-    while p <= limit:
-        out.append(p)
-        p *= 2
-    return out
+    print(fit_text(job.setting, found.best, list(found.tried), links, text_setting(job)))
+    return 0
 
 
 def text_setting(job: Any) -> list[str] | None:
