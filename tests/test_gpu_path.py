@@ -58,7 +58,7 @@ def test_timed_out_ncu_takes_its_child_with_it(tmp_path):
     alive = subprocess.run(
         ["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True
     ).stdout.strip()
-    assert alive in ("", "Z"), alive
+    assert alive == "" or alive.startswith("Z"), alive  # Z, or ZN under nice
 
 
 def test_ncu_cache_control_is_said_beside_the_bytes():
