@@ -157,6 +157,7 @@ def cli():
 def assert_one_line_error(result: CLIResult, *needles: str) -> None:
     """Bad input: exit 2, nothing on stdout, exactly one line on stderr, no traceback."""
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == "", result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
