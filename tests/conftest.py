@@ -4,7 +4,7 @@ The CLI runs in-process by default (:func:`run_cli`): ``attnroof.cli.main(argv)`
 stderr captured, the exit status (argparse's ``SystemExit`` included), ``env=`` laid over
 ``os.environ`` for the call only, an empty stdin, warnings shown on stderr as a fresh interpreter
 shows them, and the library's caches emptied first, so that each call starts as a new process
-would. A new Python process per call would cost about half a second each, for ~200 calls; what a
+would. A new Python process per call costs a few tenths of a second, for ~200 calls; what a
 process proves (``python -m attnroof``, signals, the import cost) is checked by the few tests that
 use :func:`run_cli_process`, and ``test_cli.py`` checks that both ways print the same.
 """
@@ -29,6 +29,8 @@ import pytest
 from hypothesis import settings
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+_PYTHONPATH = str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")
+"""What the CLI's processes (and the processes a command starts) import attnroof from."""
 
 # Hypothesis draws the same examples every run (no flaky CI, no order dependence through its
 # example database); HYPOTHESIS_PROFILE=explore draws new ones (and more) when hunting for bugs.
@@ -106,12 +108,11 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
     out, err = _Stream(), _Stream()
     with (
         _environ({"PYTHONPATH": _PYTHONPATH, **(env or {})}),  # for the processes a command starts
-        warnings.catch_warnings(),
+        warnings.catch_warnings(),  # (which also forgets the warnings already shown once)
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
     ):
         warnings.filters[:] = _STARTUP_WARNING_FILTERS
-        warnings._filters_mutated()  # type: ignore[attr-defined]  # each "once" warning shows again
         warnings.showwarning = warnings._showwarning_orig  # type: ignore[attr-defined]
         warnings._showwarnmsg_impl = _show_warning  # type: ignore[attr-defined]  # not pytest's record
         stdin, sys.stdin = sys.stdin, io.StringIO("")  # as stdin=DEVNULL
@@ -130,9 +131,6 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
             if threads is not None:
                 torch.set_num_threads(threads)
     return CLIResult(code or 0, out.getvalue(), err.getvalue())
-
-
-_PYTHONPATH = str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 
 def run_cli_process(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> CLIResult:
