@@ -292,3 +292,23 @@ def test_in_process_runs_print_what_a_process_prints(args):
     most tests use give the same exit status, stdout and stderr."""
     proc, here = run_cli_process(*args), run_cli(*args)
     assert (here.returncode, here.stdout, here.stderr) == (proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_the_console_script_runs_main():
+    """The ``attnroof`` command pip installs (``[project.scripts]``) calls :func:`attnroof.cli.main`
+    and exits with what it returns: run here as pip's wrapper runs it, in a new process."""
+    import tomllib
+
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    module, func = pyproject["project"]["scripts"]["attnroof"].split(":")
+    wrapper = f"import sys\nfrom {module} import {func}\nsys.argv[0] = 'attnroof'\nsys.exit({func}())\n"
+    for args, code, needle in (
+        (["--version"], 0, "attnroof "),
+        (["decode", "-s", "0", "-d", "128"], 2, "'0'"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", wrapper, *args],
+            capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, stdin=subprocess.DEVNULL, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == code, r.stderr
+        assert needle in (r.stdout if code == 0 else r.stderr)
