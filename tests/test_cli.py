@@ -1,4 +1,5 @@
-"""The command line, run as a user runs it: in a subprocess."""
+"""The command line, as a user runs it. Most commands run in-process (see ``conftest.run_cli``);
+the tests at the end run ``python -m attnroof`` and check that both ways print the same."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import SRC, assert_one_line_error, run_cli
+from conftest import SRC, assert_one_line_error, run_cli, run_cli_process
 
 
 def test_attention_json_fields():
@@ -270,3 +271,44 @@ def test_sheet_with_softmax_zero_says_so():
 )
 def test_absurd_sizes_are_refused(args, needle):
     assert_one_line_error(run_cli(*args), needle)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["attention", "-s", "8k", "-d", "128", "--json"],  # exit 0, JSON
+        ["sheet", "--heads", "32", "--group", "8"],  # exit 0, text
+        ["attention", "-s", "0", "-d", "128"],  # argparse's usage error
+        ["attention", "-s", "8192", "-d", "128", "--heads", "6", "--group", "4"],  # the library's error
+        ["sheet", "--device", "/nonexistent/dev.toml"],
+        ["atention"],  # a mistyped command
+        ["--version"],
+        [],  # no command: the help, exit 2
+    ],
+    ids=lambda a: " ".join(a) or "(none)",
+)
+def test_in_process_runs_print_what_a_process_prints(args):
+    """``python -m attnroof`` (stdin closed, this checkout's src) and the in-process call that
+    most tests use give the same exit status, stdout and stderr."""
+    proc, here = run_cli_process(*args), run_cli(*args)
+    assert (here.returncode, here.stdout, here.stderr) == (proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_the_console_script_runs_main():
+    """The ``attnroof`` command pip installs (``[project.scripts]``) calls :func:`attnroof.cli.main`
+    and exits with what it returns: run here as pip's wrapper runs it, in a new process."""
+    import tomllib
+
+    pyproject = tomllib.loads((SRC.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    module, func = pyproject["project"]["scripts"]["attnroof"].split(":")
+    wrapper = f"import sys\nfrom {module} import {func}\nsys.argv[0] = 'attnroof'\nsys.exit({func}())\n"
+    for args, code, needle in (
+        (["--version"], 0, "attnroof "),
+        (["decode", "-s", "0", "-d", "128"], 2, "'0'"),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-c", wrapper, *args],
+            capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}, stdin=subprocess.DEVNULL, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == code, r.stderr
+        assert needle in (r.stdout if code == 0 else r.stderr)

@@ -21,8 +21,6 @@ tests of each reader.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -35,10 +33,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attnroof.cli import main
 from attnroof.devices import catalog
 from attnroof.model import builtin_names
-from conftest import run_cli
+from conftest import run_cli, run_cli_process
 
 TOTAL_EXAMPLES = int(os.environ.get("ATTNROOF_FUZZ_EXAMPLES", "150"))
 HOSTILE_PERCENT = 30
@@ -397,13 +394,8 @@ def hostile(draw: Any, argv: list[str]) -> list[str]:
 
 
 def run_in_process(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as e:  # argparse: usage errors, --help
-            code = e.code if isinstance(e.code, int) else 2
-    return code, out.getvalue(), err.getvalue()
+    r = run_cli(*argv)  # in-process, as a new process would run it (see conftest)
+    return r.returncode, r.stdout, r.stderr
 
 
 def _no_constants(name: str) -> Any:
@@ -484,12 +476,18 @@ def ceilings(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", COMMANDS)
-def test_fuzz_cli(command: str, ceilings: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+pytestmark = pytest.mark.xdist_group("fuzz_cli")  # with --dist loadgroup: one worker runs the fuzz once
+
+
+def fuzz(command: str, ceilings: Path, tmp_path_factory: pytest.TempPathFactory) -> Counter[str]:
+    """Fuzz ``command`` (once per process: its tallies are kept in STATS) and return its tallies."""
+    if STATS[f"ran:{command}"]:
+        return STATS
     tmp = tmp_path_factory.mktemp("out")
     examples = 3 if command.startswith("measure") and TOTAL_EXAMPLES <= 200 else PER_COMMAND
     if command == "measure ceilings":  # ~2 s of timing each, and its grammar has 32 commands in all
         examples = min(examples, 32)
+    tally: Counter[str] = Counter()
 
     @settings(
         max_examples=examples,
@@ -508,20 +506,27 @@ def test_fuzz_cli(command: str, ceilings: Path, tmp_path_factory: pytest.TempPat
         check(argv, code, out, err)
         if command in REFUSED_ONLY:
             assert code == 2, (argv, err)
-        STATS["total"] += 1
-        STATS[f"ran:{command}"] += 1
-        STATS["ok"] += code == 0
-        STATS["valid"] += not made_hostile
-        STATS["valid_ok"] += code == 0 and not made_hostile
+        tally["total"] += 1
+        tally[f"ran:{command}"] += 1
+        tally["ok"] += code == 0
+        tally["valid"] += not made_hostile
+        tally["valid_ok"] += code == 0 and not made_hostile
 
     one()
-    assert STATS[f"ran:{command}"] >= 1
+    STATS.update(tally)  # only once every example passed: a failed fuzz is run (and fails) again
+    return STATS
 
 
-def test_fuzz_mostly_succeeds() -> None:
-    """Run after the fuzz above: at least half of the commands succeeded, every subcommand ran."""
-    if not STATS["total"]:
-        pytest.skip("the fuzz did not run in this session (selected alone)")
+@pytest.mark.parametrize("command", COMMANDS)
+def test_fuzz_cli(command: str, ceilings: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    assert fuzz(command, ceilings, tmp_path_factory)[f"ran:{command}"] >= 1
+
+
+def test_fuzz_mostly_succeeds(ceilings: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Over the fuzz of every subcommand (run here if it has not run in this process yet, so that
+    this test depends on no order or selection): at least half of the commands succeeded."""
+    for command in COMMANDS:
+        fuzz(command, ceilings, tmp_path_factory)
     ran = {c for c in COMMANDS if STATS[f"ran:{c}"]}
     assert ran == set(COMMANDS)
     assert STATS["ok"] >= STATS["total"] / 2, dict(STATS)
@@ -540,5 +545,5 @@ def test_fuzz_mostly_succeeds() -> None:
 )
 def test_fuzz_checks_hold_as_a_user_runs_it(argv: list[str]) -> None:
     """A handful through a real process: the in-process checks are the ones a user sees."""
-    r = run_cli(*argv)
+    r = run_cli_process(*argv)
     check(argv, r.returncode, r.stdout, r.stderr)

@@ -19,6 +19,8 @@ from attnroof.measure.schema import COLLECTIVE_OPS, validate_record
 from attnroof.ops.collectives import COLLECTIVE_FN, COLLECTIVES
 from conftest import SRC, assert_one_line_error, run_cli
 
+pytestmark = pytest.mark.xdist_group("measure_collectives")  # one worker: its module fixtures run once
+
 TINY = ["--backend", "gloo", "--world", "2", "--sizes", "1K,64K", "--iters", "3", "--warmup", "1"]
 FACTOR_ON_2 = {
     "all-reduce": 1.0,

@@ -12,6 +12,7 @@ whole chain measures the campaign about once, so the test stays fast.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -56,14 +57,17 @@ def reference() -> list[str]:
 
 
 def _stopped_run(out: Path, k: int, sig: signal.Signals, resume: bool) -> subprocess.CompletedProcess:
-    """Start the suite, wait until ``out`` holds ``k`` records, send ``sig``; the finished process."""
+    """Start the suite, wait until ``out`` holds ``k`` records and one more than it held before
+    (the run got past where the last one stopped, however many records that one wrote between
+    its ``k`` and the signal), send ``sig``; the finished process."""
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), **CPU)
     args = [sys.executable, "-m", "attnroof", *SUITE, "-o", str(out), *(["--resume"] if resume else [])]
+    stop_at = max(k, _lines(out) + 1)
     proc = subprocess.Popen(
         args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
     )
     deadline = time.monotonic() + 240
-    while _lines(out) < k and proc.poll() is None and time.monotonic() < deadline:
+    while _lines(out) < stop_at and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     if proc.poll() is None:
         proc.send_signal(sig)
@@ -75,12 +79,14 @@ def _stopped_run(out: Path, k: int, sig: signal.Signals, resume: bool) -> subpro
 def test_a_campaign_stopped_anywhere_resumes_to_exactly_the_full_campaign(tmp_path, reference, sig):
     out = tmp_path / "r.jsonl"
     for i, k in enumerate(STOPS):
+        before = _lines(out)
         res = _stopped_run(out, k, sig, resume=i > 0)
         # it was still running when stopped: neither finished nor failed on its own
         expected = -signal.SIGKILL if sig == signal.SIGKILL else 130
         assert res.returncode == expected, (k, res.returncode, res.stderr[-2000:])
         keys = _keys(out)
         assert len(keys) >= k and len(keys) == len(set(keys)), (k, keys)
+        assert len(keys) > before, (k, before, keys)  # past the point where the last run stopped
         if sig == signal.SIGINT:  # one line that says what was kept and how to go on
             last = res.stderr.strip().splitlines()[-1]
             kept = f"{len(keys)} measurement{'s' if len(keys) > 1 else ''} kept in {out}"
@@ -92,7 +98,18 @@ def test_a_campaign_stopped_anywhere_resumes_to_exactly_the_full_campaign(tmp_pa
     assert sorted(keys) == sorted(reference)  # and every key of the campaign, ceilings included
     records = [json.loads(line) for line in out.read_text().splitlines()]
     ceilings = [r for r in records if r["kind"] == "ceiling" and r["status"] == "ok"]
-    assert ceilings and all(r["bound_time_s"] is not None for r in ceilings)  # placed on their roof
+    # placed on the roofs they make, as a run never stopped places them. A dtype's matmul roof is
+    # left out when its rate is implausibly low (fp16 on a CPU, ~1 GFLOP/s, under load), so its
+    # ceilings then have no bound: compare with placing them again rather than with timing-free
+    # expectations.
+    from attnroof.measure.ceilings import measured_device
+    from attnroof.measure.env import local_device
+
+    again = copy.deepcopy(ceilings)
+    measured_device(again, local_device("cpu"))
+    assert [r["bound_time_s"] for r in ceilings] == [r["bound_time_s"] for r in again]
+    assert all(r["bound_time_s"] is not None for r in ceilings if r["impl"] != "matmul")  # bandwidth
+    assert any(r["bound_time_s"] is not None for r in ceilings if r["impl"] == "matmul")
 
 
 def test_resumed_ceilings_measure_only_the_missing_keys_and_decide_as_the_first_run(monkeypatch):
