@@ -50,7 +50,9 @@ def test_parameters_match_the_published_figures(name: str) -> None:
     if active is not None:
         assert _close(active_params(m), active) or _close(active_params(m, embedding=False), active)
     if active_no_embedding is not None:
-        assert _close(active_params(m, embedding=False), active_no_embedding), active_params(m, embedding=False)
+        assert _close(active_params(m, embedding=False), active_no_embedding), active_params(
+            m, embedding=False
+        )
 
 
 def test_mixtral_parameters_by_hand() -> None:

@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # the many-devices code is loaded only when a parallel flag i
     from attnroof.model.training_memory import TrainPrecision
 
 
-
 def add_parallel_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("many devices")
     for flag, what in (

@@ -54,6 +54,7 @@ MODEL_FLOPS_CONVENTION = (
     "embedding tables not)"
 )
 
+
 @dataclass(frozen=True, slots=True)
 class TrainOp:
     """One operator of one pass of a training step, placed on the roof."""
