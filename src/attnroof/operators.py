@@ -50,7 +50,7 @@ import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
@@ -72,13 +72,13 @@ CostFn = Callable[..., Any]
 """A formula: returns a :class:`~attnroof.cost.Cost`, or a :class:`~attnroof.ops.collectives.Comm` for a collective."""
 
 
-@dataclass(frozen=True, slots=True)
-class Call:
+class Call(NamedTuple):
     """A row's arguments for its operator's formulas at a step; ``via``: another entry whose
-    formulas run instead (attention at decode runs the ``decode`` formulas)."""
+    formulas run instead (attention at decode runs the ``decode`` formulas). A named tuple, not a
+    dataclass: it is made on every row's cost, and defined at every start-up."""
 
     args: tuple[Any, ...]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = {}
     via: str | None = None
 
 

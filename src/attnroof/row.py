@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from attnroof import arrays
 from attnroof.cost import Num
@@ -139,8 +139,7 @@ class OpInstance:
 SPLITS = (REPLICATED, COLUMN, ROW, HEADS, VOCAB)
 
 
-@dataclass(frozen=True, slots=True)
-class Saving:
+class Saving(NamedTuple):
     """What a training step's forward pass keeps for its backward pass depends on: the micro-batch
     (``batch`` sequences of ``context`` tokens), the activations' bytes per element, whether
     attention is fused, and whether selective recomputation checkpoints the attention core."""

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from attnroof import arrays
 from attnroof.cost import Num
-from attnroof.footprint import score_matrix_bytes
 from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import is_attention, rule
@@ -109,7 +108,9 @@ def activation_bytes(
     widest = reduce(
         arrays.maximum, (step.tokens(i.tokens) * gemm(i.shape)[1] for i in table if (gemm := rule(i).gemm))
     )
-    if not fused:
+    if not fused:  # the score matrices (footprint.py, loaded only for unfused attention)
+        from attnroof.footprint import score_matrix_bytes
+
         for i in table:
             if is_attention(i):
                 heads = i.shape.get("heads") or i.shape["group"] * i.shape["kv_heads"]
