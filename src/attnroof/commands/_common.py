@@ -30,23 +30,24 @@ Handler = Callable[[argparse.Namespace], int | None]
 
 @dataclass(frozen=True)
 class Command:
-    """One subcommand: ``setup`` adds its arguments; ``handler`` runs it."""
+    """One subcommand: ``setup`` adds its arguments; ``handler`` runs it. Its one-line summary
+    and its place in ``attnroof --help`` are the command index's
+    (:data:`attnroof.commands.COMMAND_INDEX`), which lists every command without importing it."""
 
     name: str
-    help: str
     setup: Callable[[argparse.ArgumentParser], None]
     handler: Handler
-    order: int = 50
     description: str = ""
 
-    def register(self, sub: Any) -> argparse.ArgumentParser:
-        p = sub.add_parser(self.name, help=self.help)
-        self.fill(p)
-        return p
+    @property
+    def help(self) -> str:
+        from attnroof.commands import COMMAND_INDEX
+
+        return next(summary for name, _, summary in COMMAND_INDEX if name == self.name)
 
     def fill(self, p: argparse.ArgumentParser) -> None:
-        """Make ``p`` this command's parser: its description, its arguments and its handler
-        (``p`` may have been made before, from the command index, with the name alone)."""
+        """Make ``p`` (made from the command index with the name alone) this command's parser:
+        its description, its arguments and its handler."""
         p.description = self.description or self.help
         self.setup(p)
         p.set_defaults(handler=self.handler)

@@ -313,11 +313,7 @@ def _linear_run(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command(
-        "attention", "attention forward, unfused vs fused, on a device", _attention_setup, _attention_run, 10
-    ),
-    Command(
-        "decode", "one token against a KV cache, with grouped-query attention", _decode_setup, _decode_run, 40
-    ),
-    Command("linear", "a linear layer over n tokens: the batching argument", _linear_setup, _linear_run, 50),
+    Command("attention", _attention_setup, _attention_run),
+    Command("decode", _decode_setup, _decode_run),
+    Command("linear", _linear_setup, _linear_run),
 )

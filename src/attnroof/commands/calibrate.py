@@ -55,12 +55,4 @@ def _check_output(path: str, force: bool) -> None:
     outfile.check_overwrite(path, force=force, foreign=False, hint=hint, own_marker=CALIBRATION_FORMAT)
 
 
-COMMANDS = (
-    Command(
-        "calibrate",
-        "fit a calibration (fixed cost, efficiencies) to measured results, for forecasts",
-        _setup,
-        _run,
-        95,
-    ),
-)
+COMMANDS = (Command("calibrate", _setup, _run),)

@@ -77,10 +77,8 @@ def _run(args: argparse.Namespace) -> int:
 COMMANDS = (
     Command(
         "devices",
-        "the device catalog, or one device with every figure and its source",
         _setup,
         _run,
-        80,
         description="List the device catalog (dense peak, bandwidth, capacity and ridge per part), or show "
         "one device with every figure, its notes and its source. $ATTNROOF_DEVICES adds or replaces devices.",
     ),

@@ -313,12 +313,4 @@ def _run(args: argparse.Namespace) -> int:
     return int(handler(args) or 0)
 
 
-COMMANDS = (
-    Command(
-        "measure",
-        "time real kernels here and place them on the measured roofline (needs torch)",
-        _setup,
-        _run,
-        80,
-    ),
-)
+COMMANDS = (Command("measure", _setup, _run),)

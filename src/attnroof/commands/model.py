@@ -237,6 +237,4 @@ def _print_list(models: list[ModelConfig], as_json: bool) -> int:
     return 0
 
 
-COMMANDS = (
-    Command("model", "a whole model's prefill or decode, layer by layer, on a device", _setup, _run, 70),
-)
+COMMANDS = (Command("model", _setup, _run),)

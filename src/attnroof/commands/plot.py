@@ -226,18 +226,6 @@ def _report_run(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command(
-        "plot",
-        "roofline chart (PNG, SVG, PDF) with operator trajectories and measured points",
-        _plot_setup,
-        _plot_run,
-        80,
-    ),
-    Command(
-        "report",
-        "self-contained HTML report: the worked analysis with its charts",
-        _report_setup,
-        _report_run,
-        85,
-    ),
+    Command("plot", _plot_setup, _plot_run),
+    Command("report", _report_setup, _report_run),
 )

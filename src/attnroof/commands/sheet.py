@@ -118,10 +118,8 @@ def _with_backward(args: argparse.Namespace, sh: Any) -> int:
 COMMANDS = (
     Command(
         "sheet",
-        "the whole worked analysis (parts A–F) as Markdown",
         _setup,
         _run,
-        0,
         "The worked analysis of attention on a device: work, traffic, intensity, ridge and crossovers, "
         "footprint, causal, decode, GQA and batching. Device R and s=8192, d=128 by default.",
     ),

@@ -157,21 +157,7 @@ def _footprint_run(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command(
-        "sweep", "intensity and verdict over sequence lengths (the C4 table)", _sweep_setup, _sweep_run, 20
-    ),
-    Command(
-        "crossover",
-        "exact sequence length where attention turns compute-bound",
-        _crossover_setup,
-        _crossover_run,
-        30,
-    ),
-    Command(
-        "footprint",
-        "bytes of the materialised score matrices vs device memory",
-        _footprint_setup,
-        _footprint_run,
-        60,
-    ),
+    Command("sweep", _sweep_setup, _sweep_run),
+    Command("crossover", _crossover_setup, _crossover_run),
+    Command("footprint", _footprint_setup, _footprint_run),
 )
