@@ -21,6 +21,7 @@ row is. An entry has:
                         recomputation may keep fewer), and ``saved_split``: the splits under which
                         that input is the sequence-split residual stream (kept 1/t)
     selective           what selective recomputation runs again of it
+    heads               attention: the query heads a row's shape holds (each forms a score matrix)
     matmul, gemm        whether it is a matrix product: the parameters a token multiplies (PaLM's
                         N), and for a dense weight GEMM its (k, m)
     kind                what a calibration fits and a report sums it as: ``gemm``, ``attention``,
@@ -103,6 +104,7 @@ class Operator:
     saved: Saver | None = None
     saved_split: frozenset[str] = frozenset()
     selective: Callable[[OpInstance, Cost, bool], tuple[str, Cost]] | None = None
+    heads: Callable[[Mapping[str, Any]], int] | None = None
     matmul: Callable[[OpInstance], int] | None = None
     gemm: Callable[[Mapping[str, Any]], tuple[int, int]] | None = None
     measured_as: str | None = None
@@ -146,6 +148,12 @@ class Operator:
         if row.split not in self.cuts:
             raise self.lacks(f"rule for the {row.split} split (row {row.name!r} under tensor parallelism)")
         return self.cuts[row.split](row.shape, t)
+
+    def query_heads(self, row: OpInstance) -> int:
+        """The query heads ``row`` holds (an attention row; each forms a score matrix)."""
+        if self.heads is None:
+            raise self.lacks("heads rule (how many score matrices its row forms)")
+        return self.heads(row.shape)
 
     def saved_bytes(self, row: OpInstance, saving: Saving) -> Num:
         """Bytes one run of ``row`` keeps from its forward pass for its backward pass."""
@@ -320,7 +328,7 @@ def _selective_attention(i: OpInstance, cost: Cost, fused: bool) -> tuple[str, C
 register(
     "attention", attention, kind=ATTENTION, backward=bwd.attention_backward, bind=_bind_attention,
     cuts={HEADS: _cut_attention}, saved=_saved_attention, selective=_selective_attention,
-    measured_as="attention",
+    heads=_attention_heads, measured_as="attention",
 )  # fmt: skip
 register("decode", decode, kind=ATTENTION, backward=bwd.decode_backward, measured_as="attention")
 
@@ -364,6 +372,7 @@ def _saved_latent(i: OpInstance, s: Saving) -> Num:
 register(
     "latent attention", latent_attention, kind=ATTENTION, backward=bwd.latent_attention_backward,
     bind=_bind_latent, cuts={HEADS: _cut_latent}, saved=_saved_latent, selective=_selective_attention,
+    heads=lambda shape: shape["heads"],
     matmul=lambda i: i.params,  # W_UK and W_UV, multiplied inside attention
 )  # fmt: skip
 

@@ -128,7 +128,7 @@ def spread_step(
             latent_form=args.mla, shard=shard,
         )  # fmt: skip
         attn = next((i for i in layer_table(model, shard) if rule(i).measured_as == "attention"), None)
-        heads = model.heads if attn is None else attn.shape["group"] * attn.shape["kv_heads"]
+        heads = model.heads if attn is None else rule(attn).query_heads(attn)
         group = model.group if attn is None else attn.shape["group"]
         fcs = step_forecast(
             cal, ops, phase=args.phase, context=args.context, head_dim=model.head_dim, impl=args.impl,

@@ -183,12 +183,10 @@ def gemm_shapes(model: ModelConfig) -> list[tuple[str, int, int]]:
 def config_json(model: ModelConfig) -> dict[str, Any]:
     """The config's JSON with what the layer table counts: parameters, and active parameters
     (with and without the input embedding)."""
-    fields = model.to_json()
-    at = list(fields).index("max_positions") + 1
-    items = list(fields.items())
-    counts = {
-        "params": params(model),
-        "active_params": active_params(model),
-        "active_params_excluding_embedding": active_params(model, embedding=False),
-    }
-    return {**dict(items[:at]), **counts, **dict(items[at:])}
+    return model.to_json(
+        counts={
+            "params": params(model),
+            "active_params": active_params(model),
+            "active_params_excluding_embedding": active_params(model, embedding=False),
+        }
+    )

@@ -113,7 +113,7 @@ def activation_bytes(
 
         for i in table:
             if is_attention(i):
-                heads = i.shape.get("heads") or i.shape["group"] * i.shape["kv_heads"]
+                heads = rule(i).query_heads(i)
                 per_head = score_matrix_bytes(context, 1) if phase == PREFILL else i.cached_tokens(context)
                 widest = arrays.maximum(widest, batch * heads * per_head)
     return (step.tokens() * hidden + widest) * prec.itemsize

@@ -7,6 +7,7 @@ work; counting what it holds (parameters, active parameters) is the layer table'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,9 @@ class ModelConfig:
     def layer_is_moe(self) -> tuple[bool, ...]:
         return self.moe_layers or (False,) * self.layers
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, counts: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """The shapes as JSON; ``counts``: what the layer table counts of them (parameters, active
+        parameters: :func:`attnroof.model.layers.config_json`), placed before the architecture."""
         return {
             "name": self.name,
             "hidden_size": self.hidden,
@@ -98,6 +101,7 @@ class ModelConfig:
             "tied_embeddings": self.tied,
             "sliding_window": self.sliding_window,
             "max_positions": self.max_positions,
+            **(counts or {}),
             **self._architecture_json(),
         }
 
