@@ -47,6 +47,7 @@ so that an operator is read, and added, in one place.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -136,7 +137,7 @@ class Operator:
         if op.backward is None:
             raise op.lacks("backward formula")
         kwargs = dict(call.kwargs)
-        if grad_itemsize is not None and "grad_itemsize" in inspect.signature(op.backward).parameters:
+        if grad_itemsize is not None and _takes_grad_itemsize(op.backward):
             kwargs["grad_itemsize"] = grad_itemsize
         return op.backward(*call.args, **kwargs)
 
@@ -160,6 +161,12 @@ class Operator:
         if self.saved is None:
             raise self.lacks("rule for the bytes its backward pass keeps (training)")
         return self.saved(row, saving)
+
+
+@functools.cache
+def _takes_grad_itemsize(backward: CostFn) -> bool:
+    """Whether a backward formula writes a weight's gradient (takes ``grad_itemsize``)."""
+    return "grad_itemsize" in inspect.signature(backward).parameters
 
 
 OPERATORS: dict[str, Operator] = {}
@@ -220,6 +227,16 @@ def row_tokens(i: OpInstance, st: Step) -> Num:
     """Tokens an element-wise row runs on: all of the step's, or 1/t of them where sequence
     parallelism spreads the norms and adds of a tensor-parallel group (``sequence_shards`` = t)."""
     return st.tokens() / i.shape["sequence_shards"] if "sequence_shards" in i.shape else st.tokens()
+
+
+def kv_heads_kept(kv_heads: int, t: int) -> int:
+    """KV heads each of ``t`` devices keeps: kv/t, or one when there are fewer KV heads than
+    devices (each is then replicated).
+
+    >>> kv_heads_kept(8, 4), kv_heads_kept(8, 16)      # Llama-3.1-70B's 8 KV heads
+    (2, 1)
+    """
+    return max(1, kv_heads // t)
 
 
 def _kernel(i: OpInstance) -> str:
@@ -283,7 +300,7 @@ def _cut_attention(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], fl
     """Heads t ways; KV heads too, or one each where there are fewer KV heads than devices (each
     then replicated)."""
     kv = shape["kv_heads"]
-    kv_here = max(1, kv // t)
+    kv_here = kv_heads_kept(kv, t)
     cut = {
         **shape,
         "kv_heads": kv_here,
@@ -466,7 +483,10 @@ def _cut_kv_write(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], flo
     """The KV-cache write: the elements of the KV heads this device keeps (one each where there
     are fewer KV heads than devices)."""
     kv = shape["kv_heads"]
-    return {**shape, "elements_per_token": round(shape["elements_per_token"] * max(1, kv // t) / kv)}, 1.0
+    return {
+        **shape,
+        "elements_per_token": round(shape["elements_per_token"] * kv_heads_kept(kv, t) / kv),
+    }, 1.0
 
 
 register(

@@ -42,7 +42,6 @@ __all__ = [
     "check_plan",
     "check_sequence_split",
     "group_link",
-    "kv_share",
     "shard_row",
     "stages",
 ]  # Shard and shard_row live in attnroof.model.shard, below the layer table
@@ -145,19 +144,6 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
         out.append((start, stop))
         start = stop
     return out
-
-
-def kv_share(model: ModelConfig, t: int) -> float:
-    """KV heads a device keeps over the model's: 1/t, or 1/kv when there are fewer KV heads than
-    devices (each is then replicated); 1 for a latent cache, which every head reads.
-
-    >>> from attnroof.model.config import builtin
-    >>> kv_share(builtin("llama-3.1-70b"), 16)      # 8 KV heads on 16 devices: one each
-    0.125
-    """
-    if model.latent is not None:
-        return 1.0
-    return max(1, model.kv_heads // t) / model.kv_heads
 
 
 def group_link(links: Links, n: int, stride: int, what: str) -> Link:
