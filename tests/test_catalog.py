@@ -551,3 +551,21 @@ def test_a_stale_or_missing_parsed_catalog_is_not_read(tmp_path, monkeypatch, ca
     text = devices.CATALOG_FILE.read_text(encoding="utf-8")
     assert devices._parsed_catalog(text) is None
     assert builtin_devices() == devices.parse_devices(text, "catalog.toml")
+
+
+def test_a_parsed_catalog_that_does_not_hold_up_is_not_used(tmp_path, monkeypatch):
+    """A copy whose CRC matches but whose figures were changed (NaN, an unknown field) is set
+    aside: the TOML is read, and the devices are the catalog's."""
+    import json
+
+    import attnroof.devices as devices
+
+    text = devices.CATALOG_FILE.read_text(encoding="utf-8")
+    cache = json.loads(devices.catalog_cache(text))
+    cache["document"]["device"][0]["bandwidth_bytes_per_s"] = float("nan")
+    cache["document"]["device"].append({"kind": "mystery"})
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps(cache), encoding="utf-8")
+    monkeypatch.setattr(devices, "CATALOG_CACHE", path)
+    assert devices._parsed_catalog(text) is not None  # it passes the CRC check
+    assert builtin_devices() == devices.parse_devices(text, "catalog.toml")

@@ -333,7 +333,12 @@ def builtin_devices() -> list[Device]:
     """The packaged catalog, in file order."""
     text = CATALOG_FILE.read_text(encoding="utf-8")
     doc = _parsed_catalog(text)
-    return parse_devices(text, "catalog.toml") if doc is None else devices_in(doc, "catalog.toml")
+    if doc is not None:
+        try:
+            return devices_in(doc, "catalog.toml")
+        except DeviceFileError:  # a parsed copy that does not hold up is not used: the TOML is read
+            pass
+    return parse_devices(text, "catalog.toml")
 
 
 def catalog_cache(text: str) -> str:
