@@ -138,7 +138,10 @@ def test_pipeline_stages_and_schedule():
     times = [st.time_s for st in s.stages]
     # step = Σ stages + (m − 1) · slowest
     assert s.time_s == pytest.approx(sum(times) + 3 * max(times))
-    assert s.bubble_share == pytest.approx(1 - 4 * max(times) / s.time_s)
+    bounds = [st.bound_s for st in s.stages]  # each stage's kernels, its one send hidden behind them
+    assert bounds == [st.compute_time_s for st in s.stages]
+    assert s.bound_time_s == pytest.approx(sum(bounds) + 3 * max(bounds))
+    assert s.bubble_share == pytest.approx(1 - 4 * max(bounds) / s.bound_time_s)
     # equal stages would idle (p − 1)/(m + p − 1) = 3/7 of the step; these are nearly equal
     assert s.bubble_share == pytest.approx(3 / 7, abs=0.02)
     # the last stage sends nothing on; the others send 2 sequences' hidden vectors (2 × 8192 × 2 B)
@@ -152,6 +155,33 @@ def test_overlap_takes_the_larger_per_layer_kind():
     kinds = st.kinds()
     assert over.time_s == pytest.approx(sum(max(k["compute_time_s"], k["comm_time_s"]) for k in kinds))
     assert plain.time_s == pytest.approx(st.compute_time_s + st.comm_time_s)
+
+
+@pytest.mark.parametrize(
+    ("model", "plan", "phase"),
+    [
+        (L70, Plan(tp=8), "decode"),
+        (L70, Plan(tp=8, sp=True), "prefill"),
+        (L70, Plan(tp=4, pp=2, dp=2, microbatches=2), "decode"),
+        (builtin("mixtral-8x7b"), Plan(tp=2, ep=2, dp=2), "prefill"),
+    ],
+)
+def test_the_bound_is_below_every_estimate_and_no_flag_raises_it(model, plan, phase):
+    """The "≤" figures come from the bound: every collective hidden behind its stage's kernels.
+    Serial collectives ≥ each pass's hidden behind its kernels (--overlap) ≥ the bound, and
+    the bound is the same with or without --overlap."""
+    from dataclasses import replace
+
+    serial = run(model, plan, phase=phase, batch=8, context=4096)
+    over = run(model, replace(plan, overlap=True), phase=phase, batch=8, context=4096)
+    assert serial.time_s >= over.time_s >= over.bound_time_s
+    assert serial.bound_time_s == over.bound_time_s
+    for st in serial.stages:  # a stage's bound: its kernels or its busiest link, the longer
+        assert st.bound_s == max([st.compute_time_s, *st.link_times().values()])
+    t = serial.totals()
+    assert (t["time_s"], t["estimate_time_s"]) == (serial.bound_time_s, serial.time_s)
+    if phase == "decode":
+        assert t["tokens_per_s"] == 8 / serial.bound_time_s >= t["estimate_tokens_per_s"]
 
 
 def test_groups_ride_scale_up_inside_a_domain():

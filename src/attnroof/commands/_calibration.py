@@ -149,7 +149,7 @@ def spread_step(
         "low_s": step("low_s"),
         "high_s": step("high_s"),
         "tokens_per_s": args.batch / total if args.phase == "decode" else None,
-        "bound_time_s": s.time_s,
+        "bound_time_s": s.bound_time_s,
         "comm_time_s": s.totals()["comm_time_s"],
         "comm_by": "link roof (links not calibrated)",
         "stages": stages,

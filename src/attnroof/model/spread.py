@@ -1,14 +1,28 @@
 """A prefill or decode step on many devices: each pipeline stage's operators on the device roof,
 its collectives on the link roof, and the pipeline's schedule over them.
 
-    stage time (one micro-batch)  = Σ ops max(F/P, bytes/B) + Σ collectives (steps·α + sent/β)
+Two times, named apart. The **bound** is the least time the plan can take, what every "≤" and
+"≥" quotes (tokens/s, MFU): no flag can raise it above what full overlap gives. The
+**estimate** is the schedule as the flags describe it: collectives in series with the kernels,
+or with ``--overlap`` hidden only behind their own pass's kernels.
+
+    stage bound (one micro-batch) = max(Σ ops max(F/P, bytes/B), each link's Σ collectives)
+                                    (every collective hidden behind kernels)
+    step bound                    = max(Σ stage bounds + (m − 1) · the largest   (1F1B's fill
+                                        and drain, m micro-batches),
+                                        each link's traffic over the step: m micro-batches'
+                                        collectives and the once-a-step sync)
+    stage estimate                = Σ ops max(F/P, bytes/B) + Σ collectives (steps·α + sent/β)
                       overlapped  = Σ over layer kinds (and passes) the longest of the kernels
                                     and each link's collectives
-    step time                     = Σ stages + (m − 1) · slowest stage        (m micro-batches)
+    step estimate                 = Σ stages + (m − 1) · slowest stage
                                     + the once-a-step collectives left exposed (training's
                                     data-parallel sync; overlapped: what outlasts the idle
                                     link time of the pass that can hide it)
     pipeline bubble               = (p − 1)/(m + p − 1) of the pipeline, for equal stages
+
+The pipeline runs 1F1B (Narayanan et al. 2021), the one schedule modelled: its bubble is in the
+bound, because no overlap removes it (an interleaved or zero-bubble schedule would).
 
 Per-device figures are the slowest stage's device (the one that sets the pace). The collectives
 a stage adds are built in :mod:`attnroof.model.comms` (:mod:`attnroof.model.train_spread` for a
@@ -56,6 +70,32 @@ class StageResult:
     def comm_time_s(self) -> float:
         return sum(c.count * c.time_s for c in self.comms)
 
+    def link_times(self) -> dict[str, float]:
+        """Each link's busy time for one micro-batch: the collectives that ride it."""
+        out: dict[str, float] = {}
+        for c in self.comms:
+            out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
+        return out
+
+    def sync_link_times(self) -> dict[str, float]:
+        """Each link's busy time for the once-a-step collectives."""
+        out: dict[str, float] = {}
+        for c in self.step_comms:
+            out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
+        return out
+
+    @property
+    def bound_s(self) -> float:
+        """The least time one micro-batch can take here: its kernels or one link's traffic,
+        whichever is longer — every collective hidden behind the kernels (no schedule does
+        better; links work at once)."""
+        return max([self.compute_time_s, *self.link_times().values()])
+
+    @property
+    def link_bound(self) -> bool:
+        """A link, not the kernels, sets :attr:`bound_s`."""
+        return self.bound_s > self.compute_time_s
+
     def _by_pass(self) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], dict[str, float]]]:
         """Kernel time per (pass, layer kind), and collective time per (pass, layer kind) per link."""
         compute: dict[tuple[str, str], float] = {}
@@ -69,8 +109,8 @@ class StageResult:
 
     @property
     def time_s(self) -> float:
-        """Compute then communication, or, overlapped, per layer kind and pass the longest of the
-        kernels and each link's collectives (a forward's collectives hide behind the forward's
+        """The estimate: compute then communication, or, overlapped, per layer kind and pass the
+        longest of the kernels and each link's collectives (a forward's collectives hide behind the forward's
         kernels, a backward's behind the backward's; two links carry their traffic at once)."""
         if not self.overlap:
             return self.compute_time_s + self.comm_time_s
@@ -162,12 +202,41 @@ class Spread:
 
     @property
     def time_s(self) -> float:
+        """The estimate: the schedule as the flags describe it (the module's table)."""
         return self.pipeline_time_s + max(s.sync_exposed_s for s in self.stages)
 
     @property
+    def bound_time_s(self) -> float:
+        """The bound: the least time the plan can take (the module's table). It never exceeds
+        :attr:`time_s`, with or without ``--overlap``."""
+        return max(self._pipeline_bound_s, self._busiest_link_s)
+
+    @property
+    def _pipeline_bound_s(self) -> float:
+        m = self.plan.microbatches
+        bounds = [s.bound_s for s in self.stages]
+        return sum(bounds) + (m - 1) * max(bounds)
+
+    @property
+    def _busiest_link_s(self) -> float:
+        """The most any one device's link is busy over the step."""
+        m, busiest = self.plan.microbatches, 0.0
+        for s in self.stages:
+            micro, sync = s.link_times(), s.sync_link_times()
+            for link in micro.keys() | sync.keys():
+                busiest = max(busiest, m * micro.get(link, 0.0) + sync.get(link, 0.0))
+        return busiest
+
+    @property
+    def link_bound(self) -> bool:
+        """A link, not the kernels, sets the bound."""
+        return self._busiest_link_s >= self._pipeline_bound_s or any(s.link_bound for s in self.stages)
+
+    @property
     def bubble_share(self) -> float:
-        """The pipeline's share the slowest device idles: 1 − m · its stage time / pipeline time."""
-        return 1 - self.plan.microbatches * self.slowest.time_s / self.pipeline_time_s
+        """The pipeline's share the slowest device idles under 1F1B at the bound:
+        1 − m · its stage bound / the pipeline's bound."""
+        return 1 - self.plan.microbatches * max(s.bound_s for s in self.stages) / self._pipeline_bound_s
 
     @property
     def fits(self) -> bool | None:
@@ -179,24 +248,26 @@ class Spread:
         return max((s.memory for s in self.stages), key=lambda mem: mem.total_bytes)
 
     def totals(self) -> dict[str, Any]:
-        """Per device (the slowest stage's), over the whole step of m micro-batches."""
+        """Per device (the slowest stage's), over the whole step of m micro-batches: ``time_s``
+        (and the rates and shares from it) the bound, ``estimate_time_s`` the estimate."""
         s, m = self.slowest, self.plan.microbatches
         flops = m * sum(o.count * o.flops for o in s.ops)
         nbytes = m * sum(o.count * o.bytes for o in s.ops)
-        time = self.time_s
+        time, estimate = self.bound_time_s, self.time_s
         mem_time = sum(o.count * o.memory_time_s for o in s.ops)
+        decode = self.phase == DECODE
         return {
             "flops": flops,
             "bytes": nbytes,
             "intensity": flops / nbytes,
             "time_s": time,
-            "tokens_per_s": self.batch / time if self.phase == DECODE else None,
+            "estimate_time_s": estimate,
+            "tokens_per_s": self.batch / time if decode else None,
+            "estimate_tokens_per_s": self.batch / estimate if decode else None,
             "ttft_s": time if self.phase == PREFILL else None,
             "attention_share": m * sum(o.count * o.time_s for o in s.ops if o.attention) / time,
             "memory_bound_share": m * mem_time / time,
-            "limiter": LINK
-            if s.comm_time_s > s.compute_time_s
-            else (MEMORY if mem_time * 2 >= s.compute_time_s else COMPUTE),
+            "limiter": LINK if self.link_bound else (MEMORY if mem_time * 2 >= s.compute_time_s else COMPUTE),
             "compute_time_s": m * s.compute_time_s,
             "comm_time_s": m * s.comm_time_s + s.sync_time_s,
             "comm_bytes_per_device": m * _sent(s.comms) + _sent(s.step_comms),
@@ -246,14 +317,17 @@ def spread(
 
 
 def sweep_summary(runs: list[Spread]) -> dict[str, Any]:
-    """Over plans that differ in their TP degree: the fastest, the first degree whose step is
-    slower than the one before (its collectives cost more than the cut saves), and the first whose
-    communication outlasts its computation.
-
-    ``best_tp`` considers only plans that fit when memory is known.
+    """Over plans that differ in their TP degree, by their estimates (the schedule the flags
+    describe): the fastest of those that fit (None when none does), the first degree whose step
+    is slower than the one before (its collectives cost more than the cut saves), and the first
+    whose communication outlasts its computation.
     """
-    fitting = [r for r in runs if r.fits is not False] or runs
-    best = min(fitting, key=lambda r: r.time_s)
+    fitting = [r for r in runs if r.fits is not False]
+    best = min(fitting, key=lambda r: r.time_s) if fitting else None
     slower = next((b.plan.tp for a, b in itertools.pairwise(runs) if b.time_s > a.time_s), None)
     link_bound = next((r.plan.tp for r in runs if r.slowest.comm_time_s > r.slowest.compute_time_s), None)
-    return {"best_tp": best.plan.tp, "slower_from_tp": slower, "link_bound_from_tp": link_bound}
+    return {
+        "best_tp": None if best is None else best.plan.tp,
+        "slower_from_tp": slower,
+        "link_bound_from_tp": link_bound,
+    }

@@ -254,7 +254,9 @@ def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: f
 def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:
     """:meth:`Spread.totals` with a training step's own figures: FLOPs by pass (per device, the
     slowest stage's), PaLM's model FLOPs of the whole step, tokens/s, and MFU over all the
-    devices (model FLOPs / (devices · step time · peak)); HFU is the slowest device's."""
+    devices (model FLOPs / (devices · step time · peak)); HFU is the slowest device's. Each rate
+    twice: at the bound (``mfu``, ``tokens_per_s``: ceilings no flag raises) and at the estimate
+    (``estimate_mfu``, …: the schedule as the flags describe it)."""
     t = s.totals()
     slow, m = s.slowest, s.plan.microbatches
     by_pass = {
@@ -263,7 +265,6 @@ def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: 
     }
     tokens = s.batch * context
     mf = float(model_flops(model, s.batch, context))
-    time = t["time_s"]
     t.update(
         forward_flops=by_pass[FORWARD],
         backward_flops=by_pass[BACKWARD],
@@ -271,11 +272,12 @@ def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: 
         hardware_flops=t["flops"],
         model_flops=mf,
         tokens=tokens,
-        tokens_per_s=tokens / time,
-        mfu=mf / (s.plan.devices * time * peak_flops_per_s),
-        hfu=t["flops"] / (time * peak_flops_per_s),
         sync_time_s=max(st.sync_time_s for st in s.stages),
         sync_exposed_s=max(st.sync_exposed_s for st in s.stages),
     )
+    for prefix, time in (("", t["time_s"]), ("estimate_", t["estimate_time_s"])):
+        t[prefix + "tokens_per_s"] = tokens / time
+        t[prefix + "mfu"] = mf / (s.plan.devices * time * peak_flops_per_s)
+        t[prefix + "hfu"] = t["flops"] / (time * peak_flops_per_s)
     del t["ttft_s"]
     return t

@@ -77,6 +77,7 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         if t["tokens_per_s"] is not None
         else f"time to first token ≥ {duration(t['time_s'])}"
     )
+    pipeline = "" if s.plan.pp == 1 else ", 1F1B's pipeline bubble"
     kinds = [
         [
             k["layer_kind"],
@@ -93,7 +94,7 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         if link is not None
         else ""
     )
-    pipeline = "" if s.plan.pp == 1 else f"; pipeline bubble {render.pct(t['bubble_share'])}"
+    bubble = "" if s.plan.pp == 1 else f"; pipeline bubble {render.pct(t['bubble_share'])}"
     out = [
         *(head or header(setting, s.batch)),
         plan_line(s),
@@ -104,10 +105,13 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         "",
         table(["layer kind", "compute ≥", "link ≥", "FLOP/link byte", "bound by"], kinds, "lrrrl"),
         "",
-        f"step: {duration(t['time_s'])} ({rate}); per device {render.flops(t['flops'])}, "
-        f"{render.nbytes(t['bytes'])} through memory, {render.nbytes(t['comm_bytes_per_device'])} over links",
+        f"step ≥ {duration(t['time_s'])} ({rate}): the bound, every collective hidden behind kernels"
+        f"{pipeline}; per device {render.flops(t['flops'])}, {render.nbytes(t['bytes'])} through memory, "
+        f"{render.nbytes(t['comm_bytes_per_device'])} over links",
+        f"estimate {duration(t['estimate_time_s'])} with {estimate_schedule(s)}"
+        + ("" if s.plan.overlap else " (--overlap: hidden behind each pass's kernels)"),
         f"communication {duration(t['comm_time_s'])} against computation {duration(t['compute_time_s'])}"
-        + pipeline,
+        + bubble,
     ]
     mem = s.busiest_memory
     if isinstance(mem, TrainMemory):
@@ -115,6 +119,13 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
     else:
         out.append("per device " + memory_line(mem, setting.device.name))
     return "\n".join(out)
+
+
+def estimate_schedule(s: Spread) -> str:
+    """How the estimate schedules the collectives, in words."""
+    return (
+        "each pass's collectives hidden behind its kernels" if s.plan.overlap else "the collectives in series"
+    )
 
 
 def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
@@ -130,7 +141,8 @@ def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
     return [
         *([sync] if sync else []),
         f"model FLOPs {render.flops(t['model_flops'])} over {render.plural(s.plan.devices, 'device')}: "
-        f"MFU ≤ {render.pct(t['mfu'])}; this device's HFU ≤ {render.pct(t['hfu'])}",
+        f"MFU ≤ {render.pct(t['mfu'])}, this device's HFU ≤ {render.pct(t['hfu'])} (the bound); "
+        f"estimated MFU {render.pct(t['estimate_mfu'])}, HFU {render.pct(t['estimate_hfu'])}",
         "per device "
         + train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch"),
     ]
@@ -147,6 +159,7 @@ def sweep_text(
                 str(r.plan.tp),
                 str(r.plan.devices),
                 duration(t["time_s"]),
+                duration(t["estimate_time_s"]),
                 duration(t["compute_time_s"]),
                 duration(t["comm_time_s"]),
                 "—" if t["tokens_per_s"] is None else render.num(t["tokens_per_s"]),
@@ -154,9 +167,24 @@ def sweep_text(
                 {True: "yes", False: "no", None: "?"}[r.fits],
             ]
         )
-    headers = ["TP", "devices", "step ≥", "compute", "link", "tokens/s ≤", "memory/device", "fits"]
-    lines = [*(head or header(setting, runs[0].batch)), "", table(headers, rows, "rrrrrrrl"), ""]
-    lines.append(f"fastest: TP {summary['best_tp']}")
+    headers = [
+        "TP",
+        "devices",
+        "step ≥",
+        "estimate",
+        "compute",
+        "link",
+        "tokens/s ≤",
+        "memory/device",
+        "fits",
+    ]
+    lines = [*(head or header(setting, runs[0].batch)), "", table(headers, rows, "rrrrrrrrl"), ""]
+    if summary["best_tp"] is None:
+        lines.append("none of these degrees fits in the device's memory")
+    else:
+        lines.append(
+            f"fastest that fits, by the estimate ({estimate_schedule(runs[0])}): TP {summary['best_tp']}"
+        )
     if summary["slower_from_tp"] is not None:
         lines.append(f"from TP {summary['slower_from_tp']} the all-reduces cost more than the cut saves")
     if summary["link_bound_from_tp"] is not None:
