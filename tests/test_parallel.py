@@ -230,3 +230,23 @@ def test_fit_finds_two_devices_for_llama_70b_at_batch_8():
     )  # fmt: skip
     doc = json.loads(r.stdout)
     assert doc["fit"]["devices"] == 2 and doc["memory"]["fits"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "replicas"),
+    [
+        (("--model", "llama-3.1-8b", "--dp", "2", "--batch", "2"), 2),
+        (("--model", "deepseek-v3", "--ep", "8", "--tp", "8", "--batch", "8"), 8),
+    ],
+)
+def test_largest_batch_has_one_meaning_in_text_and_json(argv, replicas):
+    """``--batch`` is the global batch; the largest batch the plan holds is given the same way in
+    text and JSON: the tightest stage's largest per replica (``per_device.max_batch``) times the
+    replicas. (Text printed the per-replica figure as "largest batch": 16 against JSON's 32.)"""
+    base = ("model", *argv, "--device", "h200", "--context", "8192")
+    mem = run_cli(*base, "--json").json()["memory"]
+    assert mem["max_batch"] == mem["per_device"]["max_batch"] * replicas
+    text = run_cli(*base).stdout
+    per, glob = mem["per_device"]["max_batch"], mem["max_batch"]
+    assert f"largest batch at this context {per:,}" in text
+    assert f"as --batch counts it, {glob:,} ({per:,} × {replicas} replicas)" in text

@@ -1,7 +1,93 @@
-"""Flags that were silently ignored or answered wrongly."""
+"""Flags that were silently ignored, or answered with a figure the text and JSON disagreed on."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+from typing import Any
+
 from hostile import Case
 
-CASES: list[Case] = []
+L8 = ("model", "--model", "llama-3.1-8b", "--device", "h100", "--context", "8192")
+
+
+def _largest_context_is_the_models(result: Any, _: Path) -> None:
+    # memory alone would hold more, but Llama 3.1 has 131,072 positions (max_position_embeddings)
+    assert "largest context at this batch 131,072 (the model's limit" in result.stdout
+
+
+def _checkpoint_note(result: Any, _: Path) -> None:
+    assert "note: the published checkpoint stores weights as fp8" in result.stdout
+
+
+def _fit_only_tries(tps: set[int]) -> Any:
+    def check(result: Any, _: Path) -> None:
+        tried = json.loads(result.stdout)["fit"]["tried"]
+        assert tried and {t["parallel"]["tp"] for t in tried} <= tps
+
+    return check
+
+
+def _no_fastest(result: Any, _: Path) -> None:
+    assert "none of these degrees fits" in result.stdout and "fastest" not in result.stdout
+    assert re.search(r"\| +8 \| +8 \|.*\| no +\|", result.stdout)
+
+
+CASES = [
+    Case(
+        "train --calibration on one device",
+        argv=(*L8, "--phase", "train", "--calibration", "{dir}/cal.json"),
+        error=("--calibration", "--phase train"),
+    ),
+    Case(
+        "--sweep-batch --calibration",
+        argv=(*L8, "--sweep-batch", "1,8", "--calibration", "{dir}/cal.json"),
+        error=("--calibration", "--sweep-batch"),
+    ),
+    Case(
+        "--fit --sweep-tp only tries the listed degrees",
+        argv=(*L8, "--batch", "8", "--fit", "--sweep-tp", "1,2", "--json"),
+        error=None,
+        check=_fit_only_tries({1, 2}),
+    ),
+    Case("--fit --tp", argv=(*L8, "--fit", "--tp", "4"), error=("--fit", "--tp")),
+    Case(
+        "--sweep-tp where nothing fits names no fastest",
+        argv=(*L8, "--batch", "4096", "--sweep-tp", "1,2,4,8"),
+        error=None,
+        check=_no_fastest,
+    ),
+    Case(
+        "--tp keeps the model's max_position_embeddings",
+        argv=(*L8, "--tp", "2"),
+        error=None,
+        check=_largest_context_is_the_models,
+    ),
+    Case(
+        "--tp keeps the model's notes",
+        argv=("model", "--model", "deepseek-v3", "--device", "h200", "--context", "4096", "--tp", "8"),
+        error=None,
+        check=_checkpoint_note,
+    ),
+    Case(
+        "a training plan keeps the model's notes",
+        argv=(
+            "model",
+            "--model",
+            "deepseek-v3",
+            "--device",
+            "h200",
+            "--context",
+            "4096",
+            "--phase",
+            "train",
+            "--tp",
+            "8",
+            "--pp",
+            "8",
+        ),  # fmt: skip
+        error=None,
+        check=_checkpoint_note,
+    ),
+]

@@ -91,21 +91,15 @@ def run_parallel(job: Any) -> int:
     from attnroof.model.train_spread import train_spread
 
     args = job.args
-    if getattr(args, "calibration", None) and (args.phase == TRAIN or args.fit or args.sweep_tp):
-        raise InputError(
-            "--calibration forecasts one plan's prefill or decode kernels: not with --phase train "
-            "(its backward kernels are not calibrated), --fit or --sweep-tp",
-            param="--calibration",
-        )
     if args.sweep_batch:
         raise InputError(
             "--sweep-batch and the parallel flags cannot be combined; use --sweep-tp", param="--sweep-batch"
         )
     links = links_of(args, job.device)
     plan = plan_of(args)
-    if plan.zero and (plan.dp == 1 or args.fit):
+    if plan.zero and plan.dp == 1 and not args.fit:
         raise InputError(
-            f"--zero {plan.zero} shards over data-parallel replicas: give --dp 2 or more (not with --fit)",
+            f"--zero {plan.zero} shards over data-parallel replicas: give --dp 2 or more (or --fit)",
             param="--zero",
         )
 
@@ -121,6 +115,13 @@ def run_parallel(job: Any) -> int:
         )  # fmt: skip
 
     if args.fit:
+        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep") if getattr(args, f) is not None]
+        if chosen:
+            raise InputError(
+                f"--fit chooses the degrees itself: not with {', '.join(chosen)} "
+                "(--sweep-tp LIST limits the TP degrees it tries)",
+                param="--fit",
+            )
         return _fit(job, plan, run, links)
     if args.sweep_tp:
         runs = [run(replace(plan, tp=t)) for t in args.sweep_tp]
@@ -213,7 +214,11 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
     from attnroof.model.plans import fit
 
-    found = fit(job.model, job.args.batch, plan, run, links)
+    a = job.args
+    found = fit(
+        job.model, a.batch, plan, run, links, train=a.phase == TRAIN, tps=a.sweep_tp,
+        zero=a.zero,
+    )  # fmt: skip
     if job.args.json:
         emit_json({**head_of(job), "fit": found.to_json(), **spread_json(job, found.best, links)})
         return 0

@@ -152,6 +152,7 @@ def _run(args: argparse.Namespace) -> int:
     require(args.model is not None, "--model is required (a built-in name or a config.json; see --list)")
     require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
     check_train_flags(args)
+    _check_calibration_use(args)
     model = get_model(args.model)
     dev, dt, roof = roof_from_args(args)
     wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
@@ -162,6 +163,30 @@ def _run(args: argparse.Namespace) -> int:
     if args.phase == TRAIN:
         return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
+
+
+def _check_calibration_use(args: argparse.Namespace) -> None:
+    """``--calibration`` forecasts one prefill or decode step (on one device or one plan); every
+    other answer would drop it without a word."""
+    if args.calibration is None:
+        return
+    other = next(
+        (
+            flag
+            for flag, given in (
+                ("--phase train (its backward kernels are not calibrated)", args.phase == TRAIN),
+                ("--sweep-batch", args.sweep_batch),
+                ("--fit", args.fit),
+                ("--sweep-tp", args.sweep_tp),
+            )
+            if given
+        ),
+        None,
+    )
+    require(
+        other is None,
+        f"--calibration forecasts one prefill or decode step: not with {other}",
+    )
 
 
 def _single(job: _Job) -> int:

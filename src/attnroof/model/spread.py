@@ -41,9 +41,13 @@ from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, stage_comms
 from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
+from attnroof.model.notes import step_notes
 from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, stages
 from attnroof.model.spec import ModelConfig
+from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
+from attnroof.ops.experts import UNIFORM
+from attnroof.ops.latent import ABSORBED
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 
 
@@ -190,6 +194,8 @@ class Spread:
     recompute: str = ""
     """Training: the recomputation, and the optimizer whose state the devices hold."""
     optimizer: str = ""
+    notes: tuple[str, ...] = ()
+    """What the numbers leave out or assume, as the single-device answer notes them."""
 
     @property
     def slowest(self) -> StageResult:
@@ -242,6 +248,21 @@ class Spread:
     def fits(self) -> bool | None:
         fits = [s.memory.fits for s in self.stages]
         return None if None in fits else all(fits)
+
+    @property
+    def stage_max_batch(self) -> int | None:
+        """The largest batch every stage holds at this context, as a stage counts it: a
+        replica's sequences (training: a micro-batch's). None without a capacity figure."""
+        per = [s.memory.max_batch for s in self.stages]
+        return None if None in per else min(b or 0 for b in per)
+
+    @property
+    def max_batch(self) -> int | None:
+        """The largest global batch — what ``--batch`` gives — the plan holds at this context:
+        :attr:`stage_max_batch` times the replicas (and, training, the micro-batches)."""
+        per = self.stage_max_batch
+        micro = self.plan.microbatches if self.phase == TRAIN else 1
+        return None if per is None else per * self.plan.dp * micro
 
     @property
     def busiest_memory(self) -> Memory | TrainMemory:
@@ -313,7 +334,11 @@ def spread(
         out.append(
             StageResult(first, stop, tuple(place_op(o, roof) for o in ops), tuple(comms), mem, plan.overlap)
         )
-    return Spread(plan, phase, batch, tuple(out))
+    notes = step_notes(
+        model, phase, batch, context, p, routing=options.get("routing", UNIFORM),
+        latent_form=options.get("latent_form", ABSORBED),
+    )  # fmt: skip
+    return Spread(plan, phase, batch, tuple(out), notes=notes)
 
 
 def sweep_summary(runs: list[Spread]) -> dict[str, Any]:

@@ -71,7 +71,7 @@ from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_spli
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
-from attnroof.model.training import model_flops, train_ops
+from attnroof.model.training import model_flops, train_notes, train_ops
 from attnroof.model.training_memory import FULL, NONE, TrainPrecision, Zero, expert_params, train_memory
 from attnroof.ops import collectives as coll
 from attnroof.ops.backward import FP32_BYTES
@@ -243,7 +243,8 @@ def train_spread(
         out.append(
             StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync))
         )
-    return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer)
+    notes = train_notes(model, batch, context, p, fused, recompute)
+    return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer, notes)
 
 
 def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:

@@ -30,10 +30,13 @@ from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.costs import Op
 from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
+from attnroof.model.notes import step_notes
 from attnroof.model.spec import ModelConfig
-from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS
+from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE, TrainMemory, TrainPrecision, train_memory
 from attnroof.operators import is_attention, rule
+from attnroof.ops.experts import UNIFORM
+from attnroof.ops.latent import NAIVE
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 
@@ -271,14 +274,30 @@ def analyse_train(
     )
     mem = train_memory(model, batch, context, p, capacity_bytes, fused=fused, recompute=recompute)
     return TrainAnalysis(
-        model, batch, context, fused, recompute, p, roof, placed, totals, mem, _notes(fused, recompute)
+        model,
+        batch,
+        context,
+        fused,
+        recompute,
+        p,
+        roof,
+        placed,
+        totals,
+        mem,
+        train_notes(model, batch, context, p, fused, recompute),
     )
 
 
-def _notes(fused: bool, recompute: str) -> tuple[str, ...]:
+def train_notes(
+    model: ModelConfig, batch: int, context: int, prec: TrainPrecision, fused: bool, recompute: str
+) -> tuple[str, ...]:
+    """What a training step's numbers leave out or assume: the model's own notes (its forward
+    is a prefill's, latent attention decompressed) and the training step's."""
+    forward = Precision(prec.itemsize, prec.weight_itemsize)
     notes = [
+        *step_notes(model, TRAIN, batch, context, forward, routing=UNIFORM, latent_form=NAIVE),
         "not counted: the loss (a softmax over the vocabulary per token), the optimizer's update "
-        "(a memory-bound pass over the parameters and their states), dropout"
+        "(a memory-bound pass over the parameters and their states), dropout",
     ]
     if fused and recompute == SELECTIVE:
         notes.append(

@@ -4,6 +4,7 @@ kinds against the link roof, the pipeline, per-device memory; a TP sweep; the sm
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from attnroof.devices.links import Links
@@ -21,7 +22,9 @@ def plan_line(s: Spread) -> str:
     p = s.plan
     parts = [f"TP {p.tp}", f"PP {p.pp}", f"DP {p.dp}"] + ([f"EP {p.ep}"] if p.ep > 1 else [])
     extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
-    micro = f", {p.microbatches} micro-batches" if p.pp > 1 else ""
+    if p.zero:
+        extra.insert(0, f"ZeRO {p.zero}")
+    micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.pp > 1 else ""
     return f"{' × '.join(parts)} = {render.plural(p.devices, 'device')}{micro}" + (
         f"; {', '.join(extra)}" if extra else ""
     )
@@ -113,12 +116,27 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         f"communication {duration(t['comm_time_s'])} against computation {duration(t['compute_time_s'])}"
         + bubble,
     ]
-    mem = s.busiest_memory
+    mem = replace(s.busiest_memory, max_batch=s.stage_max_batch)  # the tightest stage's
     if isinstance(mem, TrainMemory):
-        out += _train_lines(s, t, mem)
+        out += _train_lines(s, t, mem, setting.model.max_positions)
     else:
-        out.append("per device " + memory_line(mem, setting.device.name))
+        line = memory_line(mem, setting.device.name, setting.model.max_positions)
+        out.append("per device " + line + global_batch(s))
+    out += [f"note: {n}" for n in s.notes]
     return "\n".join(out)
+
+
+def global_batch(s: Spread) -> str:
+    """The largest batch of the memory line (a replica's, or a micro-batch's) as ``--batch``
+    counts it: times the replicas (and the micro-batches); nothing on one replica."""
+    if s.max_batch is None or s.max_batch == s.stage_max_batch:
+        return ""
+    micro = (
+        f" × {render.plural(s.plan.microbatches, 'micro-batch', 'micro-batches')}"
+        if s.phase == TRAIN and s.plan.microbatches > 1
+        else ""
+    )
+    return f"; as --batch counts it, {s.max_batch:,} ({s.stage_max_batch:,}{micro} × {s.plan.dp} replicas)"
 
 
 def estimate_schedule(s: Spread) -> str:
@@ -128,7 +146,7 @@ def estimate_schedule(s: Spread) -> str:
     )
 
 
-def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
+def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory, max_positions: int | None) -> list[str]:
     from attnroof.text.training import train_memory_text
 
     zero = f"ZeRO {s.plan.zero}" if s.plan.zero else "no ZeRO sharding"
@@ -138,13 +156,15 @@ def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
         if t["sync_time_s"]
         else None
     )
+    memory = train_memory_text(
+        mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch", max_positions=max_positions
+    )
     return [
         *([sync] if sync else []),
         f"model FLOPs {render.flops(t['model_flops'])} over {render.plural(s.plan.devices, 'device')}: "
         f"MFU ≤ {render.pct(t['mfu'])}, this device's HFU ≤ {render.pct(t['hfu'])} (the bound); "
         f"estimated MFU {render.pct(t['estimate_mfu'])}, HFU {render.pct(t['estimate_hfu'])}",
-        "per device "
-        + train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch"),
+        f"per device {memory}{global_batch(s)}",
     ]
 
 
@@ -195,19 +215,35 @@ def sweep_text(
 def fit_text(
     setting: Setting, best: Spread, tried: Sequence[Spread], links: Links, head: list[str] | None = None
 ) -> str:
+    """The fit: each plan tried on the answer's device count, one line for each smaller count."""
+    n = best.plan.devices
+    fewer: dict[int, list[Spread]] = {}
+    for s in tried:
+        if s.plan.devices < n:
+            fewer.setdefault(s.plan.devices, []).append(s)
+    lines = [
+        f"{render.plural(d, 'device')}: {render.plural(len(runs), 'plan')}, none fits (the least memory "
+        f"per device {render.nbytes(min(r.busiest_memory.total_bytes for r in runs))})"
+        for d, runs in fewer.items()
+    ]
     rows = [
         [
             plan_line(s),
             {True: "yes", False: "no", None: "?"}[s.fits],
             render.nbytes(s.busiest_memory.total_bytes),
+            duration(s.time_s),
         ]
         for s in tried
+        if s.plan.devices == n
     ]
     return "\n".join(
         [
-            f"fewest devices that hold it: {best.plan.devices} ({plan_line(best)})",
+            f"fewest devices that hold it: {n} ({plan_line(best)}); the fastest of the plans that fit "
+            f"on {n}, by the estimate ({estimate_schedule(best)})",
             "",
-            table(["plan", "fits", "memory/device"], rows, "lll"),
+            *lines,
+            "",
+            table(["plan", "fits", "memory/device", "estimate"], rows, "lllr"),
             "",
             spread_text(setting, best, links, head),
         ]

@@ -67,7 +67,9 @@ def train_text(head: list[str], a: TrainAnalysis) -> str:
 
 
 def train_memory_line(a: TrainAnalysis) -> str:
-    return train_memory_text(a.memory, a.prec.optimizer, a.recompute, params(a.model))
+    return train_memory_text(
+        a.memory, a.prec.optimizer, a.recompute, params(a.model), max_positions=a.model.max_positions
+    )
 
 
 def train_memory_text(
@@ -77,6 +79,7 @@ def train_memory_text(
     n_params: int | None = None,
     zero: int = 0,
     batch_word: str = "batch",
+    max_positions: int | None = None,
 ) -> str:
     """Weights, gradients, optimizer state and activations, and whether they fit (with the
     bytes per parameter when ``n_params`` is given, and what ZeRO shards)."""
@@ -94,6 +97,8 @@ def train_memory_text(
         return used + "; no capacity figure (pass --capacity)"
     verdict = "fits" if m.fits else "does NOT fit"
     ctx = "unbounded" if m.max_context is None else f"{m.max_context:,}"
+    if m.max_context is not None and max_positions and m.max_context > max_positions:
+        ctx = f"{max_positions:,} (the model's limit; memory alone would allow {m.max_context:,})"
     return (
         f"{used} of {b(m.capacity_bytes)}: {verdict}; largest {batch_word} at this context "
         f"{m.max_batch:,}, largest context at this {batch_word} {ctx}"
