@@ -9,6 +9,7 @@ from typing import Any
 
 from hostile import Case
 
+TRAIN_8X8 = ("--phase", "train", "--tp", "8", "--pp", "8")
 L8 = ("model", "--model", "llama-3.1-8b", "--device", "h100", "--context", "8192")
 
 
@@ -72,21 +73,7 @@ CASES = [
     ),
     Case(
         "a training plan keeps the model's notes",
-        argv=(
-            "model",
-            "--model",
-            "deepseek-v3",
-            "--device",
-            "h200",
-            "--context",
-            "4096",
-            "--phase",
-            "train",
-            "--tp",
-            "8",
-            "--pp",
-            "8",
-        ),  # fmt: skip
+        argv=("model", "--model", "deepseek-v3", "--device", "h200", "--context", "4096", *TRAIN_8X8),
         error=None,
         check=_checkpoint_note,
     ),
