@@ -282,6 +282,25 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                 out += ["--routing", draw(st.sampled_from(["uniform", "all"]))]
             if draw(st.booleans()):
                 out += ["--mla", draw(st.sampled_from(["absorbed", "naive"]))]
+            plan = draw(st.sampled_from(["none", "none", "plan", "fit", "sweep"]))
+            if plan == "plan":  # across devices: a bound and an estimate, some plans refused
+                out += [
+                    "--tp",
+                    draw(st.sampled_from(["1", "2", "8"])),
+                    "--pp",
+                    draw(st.sampled_from(["1", "2"])),
+                ]
+                out += [
+                    "--dp",
+                    draw(st.sampled_from(["1", "2"])),
+                    "--microbatches",
+                    draw(st.sampled_from(["1", "2"])),
+                ]
+                out += _flag(draw, "--overlap")
+            elif plan == "fit":
+                out += ["--fit", *(["--sweep-tp", "1,2"] if draw(st.booleans()) else [])]
+            elif plan == "sweep":
+                out += ["--sweep-tp", "1,2,4"]
         return [
             *out,
             *_flag(draw, "--unfused"),
@@ -445,6 +464,11 @@ def check_json(argv: list[str], text: str) -> None:
         t, ct, mt = obj.get("time_s"), obj.get("compute_time_s"), obj.get("memory_time_s")
         if _is_number(t) and _is_number(ct) and _is_number(mt):
             assert t == pytest.approx(max(ct, mt), rel=1e-12), (path, t, ct, mt)
+        if _is_number(t) and _is_number(obj.get("estimate_time_s")):  # a bound is never above an estimate
+            assert t <= obj["estimate_time_s"] * (1 + 1e-12), (path, t, obj["estimate_time_s"])
+            for rate in ("mfu", "tokens_per_s"):
+                if _is_number(obj.get(rate)) and _is_number(obj.get(f"estimate_{rate}")):
+                    assert obj[rate] >= obj[f"estimate_{rate}"] * (1 - 1e-12), (path, rate)
     if argv[0] in ("attention", "decode", "linear"):  # the device figures sit beside the placements
         peak, bw = data.get("peak_flops_per_s"), data.get("bandwidth_bytes_per_s")
         for _, obj in _walk(data):
