@@ -21,7 +21,7 @@ def plan_line(s: Spread) -> str:
     p = s.plan
     parts = [f"TP {p.tp}", f"PP {p.pp}", f"DP {p.dp}"] + ([f"EP {p.ep}"] if p.ep > 1 else [])
     extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
-    micro = f", {p.microbatches} micro-batches" if p.pp > 1 else ""
+    micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.pp > 1 else ""
     return f"{' × '.join(parts)} = {render.plural(p.devices, 'device')}{micro}" + (
         f"; {', '.join(extra)}" if extra else ""
     )
