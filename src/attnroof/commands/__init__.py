@@ -22,7 +22,7 @@ COMMAND_INDEX = (
     (
         "measure",
         "measure",
-        "time real kernels here on the measured roofline, and collectives on the link roof (needs torch)",
+        "time kernels here on the measured roofline, collectives on the link roof (needs torch)",
     ),
     ("plot", "plot", "roofline chart (PNG, SVG, PDF) with operator trajectories and measured points"),
     ("report", "plot", "self-contained HTML report: the worked analysis with its charts"),
