@@ -103,7 +103,9 @@ def chart(cal: calibration.Calibration, path: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="*", default=[str(p) for p in DEFAULT])
-    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown (for the README)")
+    ap.add_argument(
+        "--markdown", action="store_true", help="print the table as Markdown (for docs/forecasts.md)"
+    )
     ap.add_argument("--chart", metavar="PNG", help="write the predicted-vs-measured chart")
     args = ap.parse_args()
     if not args.results:

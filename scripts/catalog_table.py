@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""What is generated from the built-in device catalog, ``catalog.toml``: the README's Markdown
-table, and ``catalog.json`` (the catalog already parsed, which start-up reads instead of the TOML).
+"""What is generated from the built-in device catalog, ``catalog.toml``: the Markdown table of
+``docs/devices.md``, and ``catalog.json`` (the catalog already parsed, which start-up reads instead of the TOML).
 
     python scripts/catalog_table.py            # print the table
-    python scripts/catalog_table.py --write    # rewrite it into README.md, and catalog.json
+    python scripts/catalog_table.py --write    # rewrite it into docs/devices.md, and catalog.json
     python scripts/catalog_table.py --check    # exit 1 if either is out of date
 
 The table is the one ``attnroof devices`` prints, for the packaged catalog only (``$ATTNROOF_DEVICES``
-is ignored), so the README never carries a figure by hand.
+is ignored), so the docs never carry a figure by hand.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+README = ROOT / "docs" / "devices.md"
+"""The page that carries the table, between the markers."""
 BEGIN = "<!-- catalog:begin -->"
 END = "<!-- catalog:end -->"
 
@@ -45,7 +46,7 @@ def splice(text: str, table: str) -> str:
     """``text`` with everything between the BEGIN and END markers replaced by ``table``."""
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"README.md lacks the markers {BEGIN} ... {END}")
+        raise ValueError(f"docs/devices.md lacks the markers {BEGIN} ... {END}")
     return text[: start + len(BEGIN)] + "\n" + table + "\n" + text[end:]
 
 
@@ -53,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = p.add_mutually_exclusive_group()
     mode.add_argument(
-        "--write", action="store_true", help="rewrite README.md between the markers, and catalog.json"
+        "--write", action="store_true", help="rewrite docs/devices.md between the markers, and catalog.json"
     )
     mode.add_argument(
-        "--check", action="store_true", help="exit 1 if README.md or catalog.json is out of date"
+        "--check", action="store_true", help="exit 1 if docs/devices.md or catalog.json is out of date"
     )
     args = p.parse_args(argv)
     table = markdown_table()
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = [
             name
-            for name, current in (("README.md", new == text), ("catalog.json", cache_is_current()))
+            for name, current in (("docs/devices.md", new == text), ("catalog.json", cache_is_current()))
             if not current
         ]
         if stale:

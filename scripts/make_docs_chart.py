@@ -1,4 +1,4 @@
-"""Regenerate the README's chart, ``docs/roofline-R.png``: device R (the spec's), bf16.
+"""Regenerate the worked analysis's chart (docs/charts.md), ``docs/roofline-R.png``: device R (the spec's), bf16.
 
     python scripts/make_docs_chart.py            # from the repository root
 

@@ -1,4 +1,4 @@
-"""Regenerate the README's link roofline, ``docs/link-roofline-70b.png``: Llama-3.1-70B on H200s,
+"""Regenerate the link roofline of docs/parallel.md, ``docs/link-roofline-70b.png``: Llama-3.1-70B on H200s,
 decode (batch 8 at 8k tokens) and prefill (one 8k prompt), tensor parallelism over 2 to 16
 devices (16 crosses the 8-GPU NVLink domain onto the network), and a training step (one 8k
 sequence, full recomputation: the forward, recomputed forward and backward passes, each with its

@@ -491,7 +491,7 @@ def test_sheet_on_a_catalog_device():
     assert "**Compute-bound from s = 489**" in r.stdout
 
 
-# ---------------------------------------------------------------- the README
+# ---------------------------------------------------------------- the Devices page (docs/devices.md)
 
 
 def _script() -> ModuleType:
@@ -503,21 +503,20 @@ def _script() -> ModuleType:
 
 
 def _devices_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text.split("\n## Devices\n", 1)[1].split("\n## ", 1)[0]
+    return (ROOT / "docs" / "devices.md").read_text(encoding="utf-8")
 
 
-def test_readme_table_is_generated_from_the_catalog():
+def test_devices_page_table_is_generated_from_the_catalog():
     script = _script()
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "devices.md").read_text(encoding="utf-8")
     table = script.markdown_table()
     assert script.splice(readme, table) == readme, "run: python scripts/catalog_table.py --write"
     assert f"{script.BEGIN}\n{table}\n{script.END}" in _devices_section()
 
 
-def test_readme_example_file_loads(tmp_path):
+def test_devices_page_example_file_loads(tmp_path):
     blocks = re.findall(r"```toml\n(.*?)```", _devices_section(), flags=re.S)
-    assert blocks, "the Devices section shows an ATTNROOF_DEVICES file"
+    assert blocks, "the Devices page shows an ATTNROOF_DEVICES file"
     path = tmp_path / "devices.toml"
     path.write_text(blocks[-1])
     env = {ENV_VAR: str(path)}

@@ -6,16 +6,24 @@ many-devices code, calibration, measurement, charts).
 """
 
 COMMAND_INDEX = (
-    ("sheet", "sheet", "the whole worked analysis (parts A–F) as Markdown"),
-    ("attention", "analysis", "attention forward, unfused vs fused, on a device"),
-    ("sweep", "sizes", "intensity and verdict over sequence lengths (the C4 table)"),
-    ("crossover", "sizes", "exact sequence length where attention turns compute-bound"),
-    ("decode", "analysis", "one token against a KV cache, with grouped-query attention"),
-    ("linear", "analysis", "a linear layer over n tokens: the batching argument"),
+    ("sheet", "sheet", "the whole worked analysis as Markdown: parts A–F, and G (the backward) with --pass"),
+    ("attention", "analysis", "attention, unfused vs fused, on a device: forward, backward or both (--pass)"),
+    ("sweep", "sizes", "attention's intensity and verdict over sequence lengths (the sheet's part C table)"),
+    (
+        "crossover",
+        "sizes",
+        "exact sequence length where attention turns compute-bound, or proof it never does",
+    ),
+    ("decode", "analysis", "one token against a KV cache: grouped-query or latent (MLA) attention"),
+    ("linear", "analysis", "a linear layer over n tokens, and the n where batching makes it compute-bound"),
     ("footprint", "sizes", "bytes of the materialised score matrices vs device memory"),
-    ("model", "model", "a whole model's prefill or decode, layer by layer, on a device"),
+    ("model", "model", "a whole model's prefill, decode or training step, operator by operator"),
     ("devices", "devices", "the device catalog, or one device with every figure and its source"),
-    ("measure", "measure", "time real kernels here and place them on the measured roofline (needs torch)"),
+    (
+        "measure",
+        "measure",
+        "time kernels here on the measured roofline, collectives on the link roof (needs torch)",
+    ),
     ("plot", "plot", "roofline chart (PNG, SVG, PDF) with operator trajectories and measured points"),
     ("report", "plot", "self-contained HTML report: the worked analysis with its charts"),
     (

@@ -1,4 +1,5 @@
-"""model: a whole transformer's prefill or decode step on a device, operator by operator."""
+"""model: a whole transformer's prefill, decode or training step, operator by operator, on one device
+or spread over many."""
 
 from __future__ import annotations
 
@@ -262,4 +263,13 @@ def _print_list(models: list[ModelConfig], as_json: bool) -> int:
     return 0
 
 
-COMMANDS = (Command("model", _setup, _run),)
+COMMANDS = (
+    Command(
+        "model",
+        _setup,
+        _run,
+        description="A whole transformer's prefill, decode or training step (--phase), operator by operator, "
+        "on a device: each operator on the roofline, the step's time bound and its memory. With --tp, --pp, "
+        "--ep or --dp, the step spread over devices, each collective on the link roof.",
+    ),
+)

@@ -203,10 +203,13 @@ def report_html(
 
     facts = [
         ("device", render.device_line(dev, roof)),
-        ("shape", f"s = {s}, d = {d}, batch {batch}, {heads} heads, GQA group {group}, {layers} layers"),
+        (
+            "shape",
+            f"s = {s}, d = {d}, batch {batch}, {render.plural(heads, 'head')}, GQA group {group}, {render.plural(layers, 'layer')}",
+        ),
         (
             "conventions",
-            f"{softmax_flops_per_element} softmax FLOPs per score; {dty.name} ({dty.itemsize} bytes)",
+            f"{softmax_flops_per_element} softmax FLOPs per score; {dty.name} ({render.plural(dty.itemsize, 'byte')})",
         ),
     ]
     if dev.source:

@@ -40,12 +40,12 @@ def architecture(m: ModelConfig) -> str:
     """The shapes that decide the arithmetic, in one line."""
     if m.latent is not None:
         lat = m.latent
-        attn = f"{m.heads} heads of latent attention (cache {lat.kv_lora_rank} + {lat.qk_rope_head_dim})"
+        attn = f"{render.plural(m.heads, 'head')} of latent attention (cache {lat.kv_lora_rank} + {lat.qk_rope_head_dim})"
     else:
-        attn = f"{m.heads} heads on {m.kv_heads} KV heads of {m.head_dim}"
+        attn = f"{render.plural(m.heads, 'head')} on {render.plural(m.kv_heads, 'KV head')} of {m.head_dim}"
     windows = [w for w in m.layer_windows() if w is not None]
     if windows and len(windows) < m.layers:
-        attn += f", window {windows[0]} on {len(windows)} layers"
+        attn += f", window {windows[0]} on {render.plural(len(windows), 'layer')}"
     elif windows:
         attn += f", window {windows[0]}"
     gated = (" SwiGLU" if m.activation == "silu" else " GeGLU") if m.gated else ""

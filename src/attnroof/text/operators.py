@@ -68,7 +68,7 @@ def latent_text(title: str, cmp: Comparison, dev_line: str, crosses: Mapping[str
             )
         else:
             lines.append(
-                f"{label}: compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})"
+                f"{label}: compute-bound from s = {c.s_min} (threshold {render.exact(c.exact or '', 5)})"
             )
     lines += [
         "",
@@ -96,7 +96,7 @@ def linear_text(n: int, k: int, m: int, device: Device, roof: Roof, p: Placement
     else:
         lines.append(
             f"compute-bound from n = {render.plural(cross.s_min, 'token')} "
-            f"(n ≥ {cross.exact} = {render.num(cross.threshold, 5)})"
+            f"(n ≥ {render.exact(cross.exact or '', 5)})"
         )
     return "\n".join(lines)
 
@@ -133,18 +133,18 @@ def crossover_text(d: int, causal: bool, device: Device, roof: Roof, res: Mappin
     lines = [f"where attention{mask} (d={d}) reaches the ridge", render.device_line(device, roof)]
     for label, c in res.items():
         lines.append("")
-        limit = c.limit_exact if c.limit_intensity is not None else "∞ (unbounded)"
+        limit = render.exact(c.limit_exact) if c.limit_intensity is not None else "∞ (unbounded)"
         lines.append(f"{label}: I(s) = {render.expr(c.intensity_expr)}, limit as s → ∞: {limit}")
-        lines.append(f"  I(s) ≥ {c.ridge_exact}  ⇔  {render.expr(c.inequality)}  ⇔  {c.solution}")
+        lines.append(
+            f"  I(s) ≥ {render.exact(c.ridge_exact)}  ⇔  {render.expr(c.inequality)}  ⇔  {render.exact_in(c.solution)}"
+        )
         if c.never:
             lines.append(
                 "  never: no positive s reaches the ridge; I stays below its supremum "
                 f"{render.num(c.limit_intensity)} FLOP/byte"
             )
         else:
-            lines.append(
-                f"  compute-bound from s = {c.s_min} (threshold {c.exact} = {render.num(c.threshold, 5)})"
-            )
+            lines.append(f"  compute-bound from s = {c.s_min} (threshold {render.exact(c.exact or '', 5)})")
     return "\n".join(lines)
 
 

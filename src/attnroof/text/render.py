@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 from attnroof.cost import Cost
@@ -30,13 +33,51 @@ def num(x: float | None, digits: int = 3) -> str:
     return _sig(x, digits)
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """``n`` and ``word``, the word in the plural unless n is 1.
+def plural(n: float, word: str, many: str | None = None) -> str:
+    """``n`` and ``word``, the word in the plural unless n is 1 (a fraction such as fp4's half a
+    byte takes the plural, as in "0.5 bytes").
 
     >>> plural(1, "token"), plural(8, "token"), plural(0, "measurement"), plural(2, "batch", "batches")
     ('1 token', '8 tokens', '0 measurements', '2 batches')
+    >>> plural(1.0, "byte"), plural(0.5, "byte"), plural(2.0, "byte"), plural(1, "KV head")
+    ('1 byte', '0.5 bytes', '2 bytes', '1 KV head')
     """
-    return f"{n} {word if n == 1 else (many or word + 's')}"
+    return f"{n:g} {word if n == 1 else (many or word + 's')}"
+
+
+def decimal(q: Fraction | float, digits: int = 3) -> str:
+    """A value that is not a whole number, as a decimal that does not look like one: ``digits``
+    significant figures (as :func:`num`), and more decimals where those would round it to an
+    integer.
+
+    >>> decimal(Fraction(307200, 517), 5), decimal(Fraction(517, 4)), decimal(Fraction(1842176, 3149), 5)
+    ('594.2', '129.3', '585.003')
+    """
+    text = num(float(q), digits)
+    q = Fraction(q)
+    places = 1
+    while "." not in text and places <= 12:  # rounded half up, on the exact value
+        scaled = math.floor(abs(q) * 10**places + Fraction(1, 2))
+        whole, part = divmod(scaled, 10**places)
+        text = f"{'-' if q < 0 else ''}{whole:,}.{part:0{places}d}".rstrip("0").rstrip(".")
+        places += 1
+    return text
+
+
+def exact(value: str, digits: int = 3) -> str:
+    """An exact value as :mod:`attnroof.solve` writes it (``'307200/517'``, ``'300'``), with its
+    decimal beside it when it is not a whole number. Anything else (``'inf'``) is left as it is.
+
+    >>> exact("307200/517", 5), exact("300"), exact("19788/67"), exact("inf")
+    ('307200/517 = 594.2', '300', '19788/67 = 295.3', 'inf')
+    """
+    try:
+        q = Fraction(value)
+    except (ValueError, ZeroDivisionError):
+        return value
+    if q.denominator == 1:
+        return value
+    return f"{value} = {decimal(q, digits)}"
 
 
 def pct(x: float | None) -> str:
@@ -48,6 +89,19 @@ def pct(x: float | None) -> str:
     if x > 10:
         return f"{num(x)}×"
     return f"{100 * x:.2g}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+_FRACTION = re.compile(r"(?<![\w/.])-?\d+/\d+(?![\w/.])")
+
+
+def exact_in(text: str, digits: int = 5) -> str:
+    """``text`` (a relation such as ``s >= 307200/517``) with every fraction in it given its
+    decimal by :func:`exact`.
+
+    >>> exact_in("s >= 307200/517"), exact_in("s <= -307200/1883"), exact_in("n >= 4096")
+    ('s >= 307200/517 = 594.2', 's <= -307200/1883 = -163.14', 'n >= 4096')
+    """
+    return _FRACTION.sub(lambda m: exact(m.group(0), digits), text)
 
 
 def flops(x: float) -> str:

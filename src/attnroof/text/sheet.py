@@ -38,16 +38,16 @@ def _placements(rows: list[tuple[str, Placement]]) -> str:
 
 def _cross_text(c: Crossover, label: str) -> list[str]:
     out = [
-        f"- {label}: I(s) = `{e(c.intensity_expr)}`; I(s) ≥ {c.ridge_exact} ⇔ `{e(c.inequality)}` ⇔ `{c.solution}`."
+        f"- {label}: I(s) = `{e(c.intensity_expr)}`; I(s) ≥ {render.exact(c.ridge_exact)} ⇔ `{e(c.inequality)}` ⇔ `{render.exact_in(c.solution)}`."
     ]
     if c.never:
         assert c.limit_intensity is not None  # a bounded supremum: an unbounded intensity always crosses
         out.append(
             f"  No positive s satisfies it: **never compute-bound**. I(s) only approaches its supremum "
-            f"{c.limit_exact} = {num(c.limit_intensity)} FLOP/byte, {num(c.ridge / c.limit_intensity)}× below the ridge."
+            f"{render.exact(c.limit_exact)} FLOP/byte, {num(c.ridge / c.limit_intensity)}× below the ridge."
         )
     else:
-        out.append(f"  **Compute-bound from s = {c.s_min}** (threshold {c.exact} = {num(c.threshold, 5)}).")
+        out.append(f"  **Compute-bound from s = {c.s_min}** (threshold {render.exact(c.exact or '', 5)}).")
     return out
 
 
@@ -97,7 +97,7 @@ def render_sheet(sh: Sheet) -> str:
         f"# Attention roofline: {dev.name}, {dt.name}, s = {s}, d = {d}",
         "",
         f"Device: {render.device_line(dev, roof)}.",
-        f"One head, forward pass, {size:g} bytes per element; softmax counted at "
+        f"One head, forward pass, {render.plural(size, 'byte')} per element; softmax counted at "
         f"{num(sh.softmax_flops_per_element)} FLOPs per score; a matrix product (m×k)·(k×n) at 2mnk FLOPs.",
         "",
         "## A. Work",
@@ -307,8 +307,8 @@ def _variants_lines(sh: Sheet) -> list[str]:
         "Skipping the tiles above the diagonal halves the FLOPs and, unfused, the score traffic; Q, K, V and O "
         "are read and written whole either way.",
         "",
-        f"- Unfused: I = `{e(a['intensity_unfused_causal'])}`, still tending to {cu.limit_exact} = "
-        f"{num(cu.limit_intensity)} FLOP/byte: half the work over half the dominant traffic.",
+        f"- Unfused: I = `{e(a['intensity_unfused_causal'])}`, still tending to "
+        f"{render.exact(cu.limit_exact)} FLOP/byte: half the work over half the dominant traffic.",
         f"- Fused: I = `{e(a['intensity_fused_causal'])}`, half the non-causal intensity, because the traffic did not shrink.",
         "",
         *_cross_text(cf, "Fused, causal"),
@@ -364,7 +364,7 @@ def _variants_lines(sh: Sheet) -> list[str]:
         )
     else:
         out.append(
-            f"The projection turns compute-bound from **n = {render.plural(lc.s_min or 0, 'token')}** (n ≥ {lc.exact} = {num(lc.threshold, 5)}). "
+            f"The projection turns compute-bound from **n = {render.plural(lc.s_min or 0, 'token')}** (n ≥ {render.exact(lc.exact or '', 5)}). "
             "GQA amortises K/V over query heads; batching amortises weights over sequences."
         )
     return out

@@ -121,7 +121,7 @@ def backward_part_markdown(g: BackwardPart) -> str:
         if cf.s_min == fw.s_min
         else ("earlier" if (cf.s_min or 0) < (fw.s_min or 0) else "later")
     )
-    n = f"{g.batch} × {g.heads} heads × {g.layers} layers"
+    n = f"{g.batch} × {render.plural(g.heads, 'head')} × {render.plural(g.layers, 'layer')}"
     lines = [
         "## Part G — The backward pass",
         "",
@@ -142,7 +142,7 @@ def backward_part_markdown(g: BackwardPart) -> str:
         "",
         table(["stage", "FLOPs", "reads", "writes", "bytes"], render.stage_rows(u.cost), "lrllr"),
         "",
-        f"Its intensity tends to {cu.limit_exact} = {render.num(cu.limit_intensity)} FLOP/byte: "
+        f"Its intensity tends to {render.exact(cu.limit_exact)} FLOP/byte: "
         + ("it never reaches the ridge." if cu.never else f"it reaches the ridge from s = {cu.s_min}."),
         "",
         f"G3. What recomputation costs: S = Q·Kᵀ and the softmax again, {render.flops(g.recompute_flops)} per "
