@@ -66,7 +66,7 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
     training step's own)."""
     slow, t = s.slowest, _totals(setting, s)
     train = s.phase == TRAIN
-    m, step = s.plan.microbatches, t["time_s"]
+    m, step = s.plan.microbatches, t["estimate_time_s"]  # shares of the estimate: they add up to it
     rows = [op_row(o, step / m) for o in slow.ops]  # each runs once per micro-batch: m times a step
     comms = [comm_row(c, step, m) for c in slow.comms]
     headers = list(OP_HEADERS)
