@@ -39,7 +39,7 @@ def step_notes(
     if m.stored_weights and prec.weight_itemsize > STORED_ITEMSIZE.get(m.stored_weights, 1):
         notes.append(
             f"the published checkpoint stores weights as {m.stored_weights} (quantization_config); they are "
-            "counted here at {prec.weight_itemsize:g} B each — pass --weight-dtype to count them as stored"
+            f"counted here at {prec.weight_itemsize:g} B each — pass --weight-dtype to count them as stored"
         )
     windows = [w for w in m.layer_windows() if w is not None]
     if windows and context > windows[0]:
