@@ -49,4 +49,39 @@ CASES: list[Case] = [
         error=None,
         check=_prints("counted here at 2 B each", absent=("{prec",)),
     ),
+    Case(
+        "a million layers (23 s, one row list built per layer)",
+        model(),
+        files=config(num_hidden_layers=10**6),
+        error=("config.json", "num_hidden_layers = 1,000,000", "at most 10,000"),
+    ),
+    Case(
+        "a billion layers (MemoryError)",
+        model(),
+        files=config(num_hidden_layers=10**9),
+        error=("config.json", "num_hidden_layers = 1,000,000,000"),
+    ),
+    Case(
+        "ten thousand alternating layers are read, each kind costed once",
+        model(),
+        files=config(model_type="gemma2", num_hidden_layers=10_000, sliding_window=64),
+        error=None,
+        check=_prints("attention (window 64)", "×5000"),
+    ),
+    Case(
+        "mlp_only_layers outside the layers",
+        model(),
+        files=config(
+            model_type="qwen2_moe", num_experts=8, num_experts_per_tok=2, mlp_only_layers=[-1, 1000]
+        ),
+        error=("config.json", "mlp_only_layers", "layer -1", "0 to 3"),
+    ),
+    Case(
+        "first_k_dense_replace beyond the layers",
+        model(),
+        files=config(
+            model_type="deepseek_v3", num_experts=8, num_experts_per_tok=2, first_k_dense_replace=1000
+        ),
+        error=("config.json", "first_k_dense_replace = 1000", "4 layers"),
+    ),
 ]

@@ -7,8 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from attnroof.model.architectures import layer_windows, moe_layers, read_experts, read_latent
-from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str, show
+from attnroof.model.architectures import (
+    LayerKind,
+    LayerRuns,
+    layer_windows,
+    moe_layers,
+    read_experts,
+    read_latent,
+)
+from attnroof.model.fields import MAX_LAYERS, ModelConfigError, read_bool, read_int, read_str, show
 from attnroof.model.spec import ModelConfig
 from attnroof.model.unmodelled import unmodelled
 
@@ -61,6 +68,11 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     )
     hidden = read_int(cfg, k["hidden"], where)
     layers = read_int(cfg, k["layers"], where)
+    if layers > MAX_LAYERS:
+        raise ModelConfigError(
+            f"{where}: {k['layers']} = {layers:,} is more layers than any model has "
+            f"(attnroof reads at most {MAX_LAYERS:,}; Llama 3.1 405B has 126)"
+        )
     heads = read_int(cfg, k["heads"], where)
     kv_heads = read_int(cfg, "num_key_value_heads", where, heads)
     head_dim = read_int(cfg, "head_dim", where, None)
@@ -97,6 +109,8 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     gated = read_bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
     windows = layer_windows(cfg, where, layers, model_type)
     experts = read_experts(cfg, where, model_type, intermediate)
+    moe = moe_layers(cfg, where, layers, experts)
+    runs = LayerRuns.of(LayerKind(w, e) for w, e in zip(windows, moe, strict=True))
     sliding = max((w for w in windows if w is not None), default=None)
     return ModelConfig(
         name=name or model_type or "model",
@@ -116,9 +130,8 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         learned_positions=learned,
         sliding_window=sliding,
         max_positions=max_positions,
-        windows=windows if len(set(windows)) > 1 else (),
+        layer_runs=runs,
         experts=experts,
-        moe_layers=moe_layers(cfg, where, layers, experts) if experts else (),
         latent=read_latent(cfg, where),
         activation="gelu" if act.startswith("gelu") else "silu",
         norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,

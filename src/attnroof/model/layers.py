@@ -21,9 +21,10 @@ step runs, each with its shape, how many times a step runs it, and the kind of l
     down projection       linear             intermediate → hidden
     final norm, LM head   norm, linear       hidden → vocab, last position only       1
 
-Rows are built layer by layer and merged where identical, so a model whose layers differ —
-windowed and global attention (Gemma 2, gpt-oss), dense layers before MoE ones (DeepSeek-V3) —
-gets one row per kind, each with its count. Everything that needs a model's shapes reads this
+Rows are built once per layer kind (:class:`~attnroof.model.architectures.LayerKind`: a window,
+a dense or expert MLP) and merged where identical, so a model whose layers differ — windowed and
+global attention (Gemma 2, gpt-oss), dense layers before MoE ones (DeepSeek-V3) — gets one row
+per kind, each with its count, and no step is costed layer by layer. Everything that needs a model's shapes reads this
 table: the cost of each operator at a step (:mod:`attnroof.model.costs`, through the operator
 table), parameters (total and active), the KV cache each attention instance keeps, the widest
 activation, the GEMM shapes of the batching argument. A new architecture adds rows here.
@@ -132,22 +133,25 @@ def stage_table(model: ModelConfig, first: int, stop: int) -> list[OpInstance]:
 
 @lru_cache(maxsize=256)
 def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) -> tuple[OpInstance, ...]:
-    windows, moe = model.layer_windows(), model.layer_is_moe()
-    mixed_windows = len(set(windows)) > 1
-    mixed_mlp = len(set(moe)) > 1 or any(moe)
-    last = len(windows) if stop is None else stop
+    """The rows of layers ``first`` to ``stop − 1``: each layer kind's rows built once, times the
+    layers of that kind (a row two kinds share, such as the MLP of windowed and global layers,
+    counts both)."""
+    every = model.layer_kinds()
+    mixed_windows = len({kind.window for kind in every}) > 1
+    mixed_mlp = any(kind.moe for kind in every)
+    last = model.layers if stop is None else stop
     first_rows: dict[tuple[Any, ...], OpInstance] = {}
     counts: dict[tuple[Any, ...], int] = {}
-    for window, is_moe in list(zip(windows, moe, strict=True))[first:last]:
-        attn_kind = (LOCAL if window is not None else GLOBAL) if mixed_windows else LAYER
-        mlp_kind = (MOE if is_moe else DENSE_MLP) if mixed_mlp else LAYER
-        for row in rows.layer_rows(model, window, is_moe, attn_kind, mlp_kind, named=mixed_windows):
+    for kind, n in model.layer_kinds(first, last).items():
+        attn_kind = (LOCAL if kind.window is not None else GLOBAL) if mixed_windows else LAYER
+        mlp_kind = (MOE if kind.moe else DENSE_MLP) if mixed_mlp else LAYER
+        for row in rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows):
             k = row.key()
             first_rows.setdefault(k, row)
-            counts[k] = counts.get(k, 0) + 1
+            counts[k] = counts.get(k, 0) + n
     merged = [replace(row, count=counts[k]) for k, row in first_rows.items()]
     inputs = rows.input_rows(model) if first == 0 else []
-    head = rows.head_rows(model) if last == len(windows) else []
+    head = rows.head_rows(model) if last == model.layers else []
     if first > 0 and model.tied:  # a pipeline's last stage keeps its own copy of a tied table
         head = [replace(r, params=r.params_read) if r.split == VOCAB else r for r in head]
     return (*inputs, *merged, *head)

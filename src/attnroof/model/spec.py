@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnroof.model.architectures import Experts, Latent
+from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +44,12 @@ class ModelConfig:
     learned_positions: int = 0
     """Rows of a learned position-embedding table (GPT-2: 1024); 0 for rotary models."""
     sliding_window: int | None = None
-    """The window of the windowed layers (all of them, or those ``windows`` marks)."""
+    """The window of the windowed layers (all of them, or those ``layer_runs`` marks)."""
     max_positions: int | None = None
-    windows: tuple[int | None, ...] = ()
-    """Each layer's window (None: global); empty means ``sliding_window`` on every layer."""
+    layer_runs: LayerRuns | None = None
+    """Each layer's kind — its window, whether its MLP is the experts — in runs; None: every layer
+    alike, ``sliding_window`` (or global) attention and a dense MLP."""
     experts: Experts | None = None
-    moe_layers: tuple[bool, ...] = ()
-    """Which layers' MLP is the mixture of experts (empty: none)."""
     latent: Latent | None = None
     activation: str = "silu"
     """The MLP's activation function: "silu" (SwiGLU) or "gelu" (GeGLU, GPT-2's GELU)."""
@@ -77,12 +76,33 @@ class ModelConfig:
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
 
-    def layer_windows(self) -> tuple[int | None, ...]:
-        """Each layer's sliding window (None: global attention)."""
-        return self.windows or (self.sliding_window,) * self.layers
+    def layer_kinds(self, first: int = 0, stop: int | None = None) -> dict[LayerKind, int]:
+        """How many of layers ``first`` to ``stop − 1`` (default: all) are of each kind, in order
+        of first appearance: what the layer table costs, once per kind.
+
+        >>> from attnroof.model.config import builtin
+        >>> builtin("gpt-oss-20b").layer_kinds()
+        {LayerKind(window=128, moe=True): 12, LayerKind(window=None, moe=True): 12}
+        """
+        stop = self.layers if stop is None else stop
+        if self.layer_runs is None:
+            return {LayerKind(self.sliding_window): stop - first} if stop > first else {}
+        return self.layer_runs.kinds(first, stop)
 
     def layer_is_moe(self) -> tuple[bool, ...]:
-        return self.moe_layers or (False,) * self.layers
+        """For each layer, whether its MLP is the mixture of experts."""
+        runs = self.layer_runs.runs if self.layer_runs else ((LayerKind(self.sliding_window), self.layers),)
+        return tuple(kind.moe for kind, n in runs for _ in range(n))
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention keeps a sliding window (0: none; ``layers``: all)."""
+        return sum(n for kind, n in self.layer_kinds().items() if kind.window is not None)
+
+    @property
+    def moe_layer_count(self) -> int:
+        """Layers whose MLP is the mixture of experts."""
+        return sum(n for kind, n in self.layer_kinds().items() if kind.moe)
 
     def to_json(self, counts: Mapping[str, int] | None = None) -> dict[str, Any]:
         """The shapes as JSON; ``counts``: what the layer table counts of them (parameters, active
@@ -110,11 +130,11 @@ class ModelConfig:
         JSON reads as before, with its active parameters)."""
         out: dict[str, Any] = {"activation": self.activation}
         if self.experts is not None:
-            out["experts"] = {**self.experts.to_json(), "moe_layers": sum(self.layer_is_moe())}
+            out["experts"] = {**self.experts.to_json(), "moe_layers": self.moe_layer_count}
         if self.latent is not None:
             out["latent_attention"] = self.latent.to_json()
-        if self.windows and len(set(self.windows)) > 1:
-            out["windowed_layers"] = sum(w is not None for w in self.windows)
+        if 0 < self.windowed_layers < self.layers:
+            out["windowed_layers"] = self.windowed_layers
         for key, on in (("qk_norm", self.qk_norm), ("attention_sinks", self.sinks)):
             if on:
                 out[key] = True

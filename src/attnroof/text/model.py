@@ -43,16 +43,15 @@ def architecture(m: ModelConfig) -> str:
         attn = f"{m.heads} heads of latent attention (cache {lat.kv_lora_rank} + {lat.qk_rope_head_dim})"
     else:
         attn = f"{m.heads} heads on {m.kv_heads} KV heads of {m.head_dim}"
-    windows = [w for w in m.layer_windows() if w is not None]
-    if windows and len(windows) < m.layers:
-        attn += f", window {windows[0]} on {len(windows)} layers"
-    elif windows:
-        attn += f", window {windows[0]}"
+    if m.windowed_layers and m.windowed_layers < m.layers:
+        attn += f", window {m.sliding_window} on {m.windowed_layers} layers"
+    elif m.windowed_layers:
+        attn += f", window {m.sliding_window}"
     gated = (" SwiGLU" if m.activation == "silu" else " GeGLU") if m.gated else ""
     if m.experts is not None:
         ex = m.experts
         shared = f" + {ex.shared_width} shared" if ex.shared_width else ""
-        n_moe = sum(m.layer_is_moe())
+        n_moe = m.moe_layer_count
         dense = f", MLP {m.intermediate} on {m.layers - n_moe} layers" if n_moe < m.layers else ""
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
@@ -242,7 +241,7 @@ def models_table(models: Sequence[ModelConfig]) -> str:
 
 
 def _windows(m: ModelConfig) -> str:
-    windows = [w for w in m.layer_windows() if w is not None]
-    if not windows:
+    n = m.windowed_layers
+    if not n:
         return "—"
-    return str(windows[0]) if len(windows) == m.layers else f"{windows[0]} on {len(windows)}/{m.layers}"
+    return str(m.sliding_window) if n == m.layers else f"{m.sliding_window} on {n}/{m.layers}"
