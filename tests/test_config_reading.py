@@ -102,3 +102,81 @@ def test_layer_numbers_at_the_edges_are_read() -> None:
     # every layer dense (first_k_dense_replace = layers) and the last layer dense (31) are legal
     assert from_hf({**MOE, "first_k_dense_replace": 32}).moe_layer_count == 0
     assert from_hf({**MOE, "mlp_only_layers": [0, 31]}).moe_layer_count == 30
+
+
+# ---------------------------------------------------------------- model types
+
+
+OLMOE_1B_7B = {
+    "_name_or_path": "allenai/OLMoE-1B-7B-0924",
+    "model_type": "olmoe",
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "vocab_size": 50304,
+}
+"""The published config of allenai/OLMoE-1B-7B-0924 (the fields that size it)."""
+
+
+def test_olmoe_counts_its_whole_width_qk_norm() -> None:
+    """transformers' ``OlmoeAttention``: ``q_norm = RMSNorm(hidden_size)``, ``k_norm =
+    RMSNorm(head_dim × kv_heads)`` — one scale per element of q and of k, not per head.
+
+    per layer: attention 4 · 2048² = 16,777,216; QK norm 2048 + 2048 = 4,096; two norms 4,096;
+    router 2048 · 64 = 131,072; experts 64 · 3 · 2048 · 1024 = 402,653,184 → 419,569,664;
+    × 16 = 6,713,114,624, + embedding and LM head 2 · 50304 · 2048 = 206,045,184 + final norm
+    2,048 = 6,919,161,856 (the 6.9 B of OLMoE-1B-7B; without the QK norm 65,536 fewer)."""
+    m = from_hf(OLMOE_1B_7B)
+    assert params(m) == 6_919_161_856
+    qk = next(i for i in layer_table(m) if i.name == "QK norm")
+    assert (qk.count, qk.params) == (16, 2048 + 2048)
+
+
+def test_olmoe_parameters_match_transformers() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields = {k: v for k, v in OLMOE_1B_7B.items() if k != "_name_or_path"}
+    cfg = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta"):
+        ref = transformers.AutoModelForCausalLM.from_config(cfg)
+    assert params(from_hf(OLMOE_1B_7B)) == sum(p.numel() for p in ref.parameters())
+
+
+@pytest.mark.parametrize("model_type", ["granite", "olmo2", "cohere", "internlm2", "Granite"])
+def test_a_model_type_attnroof_does_not_read_is_refused(model_type: str) -> None:
+    """Llama 3.1 8B's shapes under another family's name: read as an ungated MLP they counted
+    6.15 B parameters for an 8.03 B config; now one line naming the type and what is read."""
+    llama_8b = {
+        **LLAMA,
+        "model_type": model_type,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "hidden_act": "silu",
+    }
+    _error(llama_8b, f"model_type = {model_type.lower()!r}", "llama", "olmoe", "gpt2")
+
+
+def test_every_family_rule_names_a_type_that_is_read() -> None:
+    """The expert-bias and Gemma-2 window rules key on model types: each is one of the table's."""
+    from attnroof.model.architectures import EXPERT_BIAS_TYPES, GEMMA2_TYPES
+    from attnroof.model.hf_config import FAMILIES
+
+    assert set(FAMILIES) >= EXPERT_BIAS_TYPES | GEMMA2_TYPES
+
+
+def test_a_config_without_model_type_is_read_as_a_llama_style_stack() -> None:
+    # gated by its SiLU activation: 32 layers × (attention 2·128·128 + 2·128·64 + MLP 3·128·256)
+    m = from_hf({k: v for k, v in LLAMA.items() if k != "model_type"} | {"hidden_act": "silu"})
+    per_layer = 2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 256 + 2 * 128
+    assert m.gated and params(m) == 32 * per_layer + 2 * 1000 * 128 + 128

@@ -42,6 +42,21 @@ def _prints(*needles: str, absent: tuple[str, ...] = ()) -> Any:
     return check
 
 
+OLMOE_1B_7B = {
+    "model_type": "olmoe",
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "vocab_size": 50304,
+}
+"""allenai/OLMoE-1B-7B-0924's sizes."""
+
+
 CASES: list[Case] = [
     Case(
         "gpt-oss-120b's stored-weights note states its itemsize (it printed the f-string's braces)",
@@ -84,4 +99,29 @@ CASES: list[Case] = [
         ),
         error=("config.json", "first_k_dense_replace = 1000", "4 layers"),
     ),
+    Case(
+        "an unknown model_type (granite) was read as an ungated MLP",
+        model(),
+        files=config(model_type="granite", hidden_act="silu"),
+        error=("config.json", "model_type = 'granite'", "it reads", "llama"),
+    ),
+    Case(
+        "an unknown model_type (olmo2) was read as an ungated MLP",
+        model(),
+        files=config(model_type="olmo2", hidden_act="silu"),
+        error=("config.json", "model_type = 'olmo2'", "it reads"),
+    ),
+    Case(
+        "OLMoE's whole-width QK norm was left out",
+        model("--json"),
+        files=config(**OLMOE_1B_7B),
+        error=None,
+        check=lambda r, _dir: _olmoe(r.json()),
+    ),
 ]
+
+
+def _olmoe(out: dict[str, Any]) -> None:
+    """OLMoE-1B-7B: 6,919,161,856 parameters, as transformers builds it (tests/test_config_reading.py)."""
+    assert out["config"]["params"] == 6_919_161_856
+    assert out["config"]["qk_norm"] == "width"

@@ -6,7 +6,7 @@ step runs, each with its shape, how many times a step runs it, and the kind of l
     attention norm        norm               hidden                                   per layer
     QKV projection        linear             hidden → q + 2·kv width                  (latent: Q and KV
                                                                                         down/up-projections)
-    QK norm               norm               each head's q and k (Qwen3, Gemma 3)
+    QK norm               norm               q and k, per head (Qwen3, Gemma 3) or whole (OLMoE)
     KV-cache write        copy               2·kv width (latent: r + ρ) per token
     attention             attention          head_dim, group, kv_heads, window        per window kind
                           latent attention   heads, r, ρ, nope, v

@@ -13,6 +13,13 @@ from typing import Any
 
 from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
 
+QK_NORM_HEAD = "head"
+"""QK-norm per head (Qwen3, Gemma 3): an RMSNorm over each query and key head, one head_dim
+scale for the queries and one for the keys."""
+QK_NORM_WIDTH = "width"
+"""QK-norm over the whole width (OLMoE): one RMSNorm over all query heads (q width scales), one
+over all key heads (KV width scales)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
@@ -54,7 +61,8 @@ class ModelConfig:
     activation: str = "silu"
     """The MLP's activation function: "silu" (SwiGLU) or "gelu" (GeGLU, GPT-2's GELU)."""
     norms_per_layer: int = 2
-    qk_norm: bool = False
+    qk_norm: str = ""
+    """"" (none), :data:`QK_NORM_HEAD` or :data:`QK_NORM_WIDTH`."""
     sinks: bool = False
     attn_softcap: float | None = None
     """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
@@ -135,9 +143,10 @@ class ModelConfig:
             out["latent_attention"] = self.latent.to_json()
         if 0 < self.windowed_layers < self.layers:
             out["windowed_layers"] = self.windowed_layers
-        for key, on in (("qk_norm", self.qk_norm), ("attention_sinks", self.sinks)):
-            if on:
-                out[key] = True
+        if self.qk_norm:
+            out["qk_norm"] = self.qk_norm
+        if self.sinks:
+            out["attention_sinks"] = True
         if self.attn_softcap is not None:
             out["attention_logit_softcap"] = self.attn_softcap
         if self.final_softcap is not None:
