@@ -169,8 +169,14 @@ def params_read(model: ModelConfig) -> int:
 
 def active_params(model: ModelConfig, *, embedding: bool = True) -> int:
     """Distinct parameters one token runs through: every dense weight, its top_k experts and the
-    shared ones, and the embedding table. ``embedding=False`` leaves out the input embedding (of
-    which a token only gathers a row) — but not a tied table, which the LM head reads whole."""
+    shared ones, and (``embedding``) the input embedding table.
+
+    Model cards differ on that table. gpt-oss's leaves it out: 5.13 B active of gpt-oss-120b's
+    116.83 B (card, table 1; the LM head, which a token multiplies through whole, stays in), and
+    ``embedding=False`` gives those 5,132,849,472; Mixtral's 12.9 B and Qwen3-30B-A3B's 3.3 B
+    count it. Without it is the count whose double is a token's weight-GEMM FLOPs (a token only
+    gathers one row of the table), so it is shown first. A tied table stays in either way: the
+    LM head reads it whole."""
     total = sum(i.count * i.active for i in layer_table(model))
     if embedding:
         return total
@@ -186,11 +192,12 @@ def gemm_shapes(model: ModelConfig) -> list[tuple[str, int, int]]:
 
 def config_json(model: ModelConfig) -> dict[str, Any]:
     """The config's JSON with what the layer table counts: parameters, and active parameters
-    (with and without the input embedding)."""
+    without the input embedding (gpt-oss's card's convention, first) and with it
+    (:func:`active_params`)."""
     return model.to_json(
         counts={
             "params": params(model),
-            "active_params": active_params(model),
             "active_params_excluding_embedding": active_params(model, embedding=False),
+            "active_params_including_embedding": active_params(model),
         }
     )

@@ -56,10 +56,10 @@ def architecture(m: ModelConfig) -> str:
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
         mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
-    active = active_params(m)
     size = f"{render.num(params(m) / GIGA)} B parameters"
-    if active != params(m):
-        size += f" ({render.num(active / GIGA)} B active)"
+    if active_params(m) != params(m):
+        without, with_ = (render.num(active_params(m, embedding=e) / GIGA) for e in (False, True))
+        size += f" ({without} B active without the input embedding, {with_} B with it)"
     return f"{m.layers} layers, hidden {m.hidden}, {attn}, {mlp}, vocab {m.vocab}, {size}"
 
 
@@ -222,6 +222,7 @@ def models_table(models: Sequence[ModelConfig]) -> str:
         [
             m.name,
             render.num(params(m) / GIGA),
+            render.num(active_params(m, embedding=False) / GIGA),
             render.num(active_params(m) / GIGA),
             m.layers,
             m.hidden,
@@ -236,8 +237,9 @@ def models_table(models: Sequence[ModelConfig]) -> str:
         ]
         for m in models
     ]
-    headers = ["model", "params (B)", "active (B)", "layers", "hidden", "heads/KV", "head dim", "MLP"]
-    return table([*headers, "MLP kind", "vocab", "window"], rows, "lrrrrrrrlrr")
+    headers = ["model", "params (B)", "active w/o embedding (B)", "active with embedding (B)", "layers"]
+    headers += ["hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab", "window"]
+    return table(headers, rows, "lrrrrrrrrlrr")
 
 
 def _windows(m: ModelConfig) -> str:
