@@ -41,3 +41,30 @@ def test_the_list_and_the_json_show_both_named() -> None:
     assert keys == ["active_params_excluding_embedding", "active_params_including_embedding"]
     assert counts["active_params_excluding_embedding"] == 5_132_849_472
     assert counts["active_params_including_embedding"] == 5_132_849_472 + 201_088 * 2_880
+
+
+# ---------------------------------------------------------------- KV cache per token
+
+
+def test_gpt_oss_kv_cache_per_token_written_and_held_at_8k() -> None:
+    """gpt-oss-120b: 36 layers, 8 KV heads of 64, bf16; 18 global layers, 18 with a window of 128.
+
+    One layer's K and V of one token: 8 × 64 × 2 (K, V) × 2 B = 2,048 B.
+    Written per token, every layer: 36 × 2,048 = 73,728 B (73.7 kB).
+    Held at 8,192 tokens: the global layers keep every token, 18 × 2,048 = 36,864 B per token of
+    context; the windowed layers keep at most 128 tokens, 18 × 2,048 × 128 = 4,718,592 B per
+    sequence, which over 8,192 tokens is 576 B per token. 36,864 + 576 = 37,440 B (37.4 kB).
+    """
+    r = run_cli("model", "--model", "gpt-oss-120b", "--context", "8192", "--device", "h200", "--json")
+    mem = r.json()["memory"]
+    assert mem["kv_cache_bytes_per_token_written"] == 36 * 8 * 64 * 2 * 2 == 73_728
+    assert mem["kv_cache_bytes_per_sequence"] == 18 * 2_048 * 8_192 + 18 * 2_048 * 128 == 306_708_480
+    assert mem["kv_cache_bytes_per_token_held"] == 306_708_480 / 8_192 == 37_440
+    text = run_cli("model", "--model", "gpt-oss-120b", "--context", "8192", "--device", "h200").stdout
+    assert "(37.4 kB/token held at this context, 73.7 kB/token written)" in text
+
+
+def test_a_cache_without_windows_holds_what_it_writes() -> None:
+    # Llama 3.1 8B: 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 131,072 B, one figure printed
+    r = run_cli("model", "--model", "llama-3.1-8b", "--context", "8192", "--device", "h200")
+    assert "(131 kB/token)" in r.stdout and "held" not in r.stdout

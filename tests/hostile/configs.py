@@ -112,6 +112,15 @@ CASES: list[Case] = [
         error=("config.json", "model_type = 'olmo2'", "it reads"),
     ),
     Case(
+        "a window on every layer printed the rate written per token as the rate held",
+        model(),
+        files=config(model_type="mistral", sliding_window=1024),
+        error=None,
+        # 4 layers × 2 KV heads × 32 × 2 (K, V) × 2 B = 1,024 B written per token; at 4096 tokens
+        # each layer holds 1024 of them: 1,024 × 1024 / 4096 = 256 B per token of context
+        check=_prints("(256 B/token held at this context, 1.02 kB/token written)"),
+    ),
+    Case(
         "OLMoE's whole-width QK norm was left out",
         model("--json"),
         files=config(**OLMOE_1B_7B),

@@ -131,10 +131,13 @@ def _rate(t: Totals) -> str:
 
 def memory_line(mem: Memory, device: str, max_positions: int | None = None) -> str:
     b = render.nbytes
+    held, written = b(mem.kv_cache_bytes_per_token_held), b(mem.kv_cache_bytes_per_token_written)
+    rate = (
+        f"{held}/token" if held == written else f"{held}/token held at this context, {written}/token written"
+    )
     used = (
         f"memory: weights {b(mem.weights_bytes)} + KV cache {b(mem.kv_cache_bytes)} "
-        f"({b(mem.kv_cache_bytes_per_token)}/token) + activations {b(mem.activation_bytes)}"
-        f" = {b(mem.total_bytes)}"
+        f"({rate}) + activations {b(mem.activation_bytes)} = {b(mem.total_bytes)}"
     )
     if mem.capacity_bytes is None:
         return used + f"; {device} has no capacity figure (pass --capacity)"
