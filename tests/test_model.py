@@ -371,7 +371,7 @@ def test_cli_decode_json(h200_file: str) -> None:
     assert t["tokens_per_s"] == pytest.approx(4 / t["time_s"]) and t["ttft_s"] is None
     assert 0 < t["attention_share"] < 1
     mem = out["memory"]
-    assert mem["kv_cache_bytes_per_token"] == 131072
+    assert mem["kv_cache_bytes_per_token_written"] == mem["kv_cache_bytes_per_token_held"] == 131072
     assert mem["kv_cache_bytes"] == 131072 * 8192 * 4
     assert mem["fits"] is True and mem["max_batch"] == 116
 

@@ -14,12 +14,16 @@ reads it, field by field, and refused in one line when malformed.
   ``sliding_window_pattern`` p (every p-th layer global: Gemma 3, Cohere 2), Qwen2's
   ``max_window_layers`` (layers from it on are windowed), or one ``sliding_window`` on every layer
   (Mistral, Phi-3), unless ``use_sliding_window`` is false.
+
+Layers that share a window and an MLP are one :class:`LayerKind`; a model is its kinds in runs
+(:class:`LayerRuns`), so a step is costed once per kind, times its count, never once per layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from attnroof.model.fields import ModelConfigError, read_bool, read_int, show
@@ -86,6 +90,50 @@ class Latent:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class LayerKind:
+    """What sets one layer's rows apart from another's: its attention's window (None: global) and
+    whether its MLP is the mixture of experts. Layers of one kind cost the same. (A layer's mixer —
+    attention, linear attention, a state-space block — would be one more field.)"""
+
+    window: int | None = None
+    moe: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LayerRuns:
+    """A model's layers in order, as runs of one :class:`LayerKind`: ``((kind, count), ...)``.
+
+    >>> gemma2 = LayerRuns.of([LayerKind(4096), LayerKind(None)] * 2)
+    >>> gemma2.runs
+    ((LayerKind(window=4096, moe=False), 1), (LayerKind(window=None, moe=False), 1), (LayerKind(window=4096, moe=False), 1), (LayerKind(window=None, moe=False), 1))
+    >>> gemma2.kinds(1, 4)                  # layers 1 to 3: two global, one windowed
+    {LayerKind(window=None, moe=False): 2, LayerKind(window=4096, moe=False): 1}
+    """
+
+    runs: tuple[tuple[LayerKind, int], ...]
+
+    @classmethod
+    def of(cls, kinds: Iterable[LayerKind]) -> LayerRuns:
+        return cls(tuple((kind, sum(1 for _ in group)) for kind, group in groupby(kinds)))
+
+    @property
+    def layers(self) -> int:
+        return sum(n for _, n in self.runs)
+
+    def kinds(self, first: int = 0, stop: int | None = None) -> dict[LayerKind, int]:
+        """How many of layers ``first`` to ``stop − 1`` are of each kind, in order of first appearance."""
+        stop = self.layers if stop is None else stop
+        out: dict[LayerKind, int] = {}
+        start = 0
+        for kind, n in self.runs:
+            overlap = min(stop, start + n) - max(first, start)
+            if overlap > 0:
+                out[kind] = out.get(kind, 0) + overlap
+            start += n
+        return out
+
+
 def _first(cfg: Mapping[str, Any], keys: tuple[str, ...], where: str) -> tuple[str, int] | None:
     for key in keys:
         value = read_int(cfg, key, where, None)
@@ -126,10 +174,19 @@ def moe_layers(cfg: Mapping[str, Any], where: str, layers: int, experts: Experts
     if experts is None:
         return (False,) * layers
     first_dense = read_int(cfg, "first_k_dense_replace", where, 0, zero=True)
+    if first_dense > layers:
+        raise ModelConfigError(
+            f"{where}: first_k_dense_replace = {first_dense} exceeds the model's {layers} layers"
+        )
     step = read_int(cfg, "decoder_sparse_step", where, 1)
     only = cfg.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise ModelConfigError(f"{where}: mlp_only_layers = {show(only)} is not a list of layer numbers")
+    outside = [i for i in only if not 0 <= i < layers]
+    if outside:
+        raise ModelConfigError(
+            f"{where}: mlp_only_layers holds layer {outside[0]}, outside the model's layers 0 to {layers - 1}"
+        )
     freq = read_int(cfg, "moe_layer_freq", where, 1)
     return tuple(
         i >= first_dense and i not in only and (i + 1) % step == 0 and (i - first_dense) % freq == 0

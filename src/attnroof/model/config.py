@@ -9,21 +9,17 @@ only through the optional ``huggingface_hub``). Two key families are understood:
 
 What a config does not say is filled in the way ``transformers`` fills it, and named here:
 KV heads default to the query heads (plain multi-head attention); ``head_dim`` to
-hidden / heads; GPT-2's ``n_inner`` to 4 × hidden; word embeddings are tied for GPT-2 and
-untied otherwise; the norm is RMSNorm when the config has ``rms_norm_eps``, else LayerNorm.
+hidden / heads; GPT-2's ``n_inner`` to 4 × hidden; word embeddings are tied for GPT-2 and Gemma
+and untied otherwise; the norm is RMSNorm when the config has ``rms_norm_eps``, else LayerNorm.
 
 A config is read as strictly as a device file: strict JSON (no ``NaN``/``Infinity``), every size
-a positive integer below :data:`MAX_CONFIG_INT`, and any field that changes the arithmetic in a
-way attnroof does not model yet (mixture-of-experts, latent attention, alternating local/global
-layers, chunked attention, logit soft-capping, encoder-decoder) is refused by name rather than
-counted as a dense model (see :func:`unmodelled`). Fields that change nothing attnroof counts
-(rope settings, dropout, token ids, ...) are ignored.
-
-Sliding windows: one window on *every* layer is modelled (decode reads ``min(context, window)``
-tokens of KV cache; prefill is counted over the whole causal prompt, an upper bound that the
-analysis says). So ``sliding_window`` alone is accepted (Mistral-7B, Phi-3-mini); what is refused
-is a window on only some layers (``layer_types`` that mix kinds, ``sliding_window_pattern``,
-Qwen2's ``max_window_layers`` below the layer count, Gemma-2/3's alternation).
+a positive integer below :data:`MAX_CONFIG_INT`, at most :data:`MAX_LAYERS` layers, layer numbers
+inside the model, a ``model_type`` attnroof reads (:data:`attnroof.model.hf_config.FAMILIES`), and
+any field that changes the arithmetic in a way attnroof does not model (chunked attention,
+encoder-decoder, state-space layers) refused by name rather than counted as something else (see
+:func:`unmodelled`). Mixture-of-experts, latent attention and sliding windows on all or some
+layers are modelled (:mod:`attnroof.model.architectures`). Fields that change nothing attnroof
+counts (rope settings, dropout, token ids, ...) are ignored.
 """
 
 from __future__ import annotations

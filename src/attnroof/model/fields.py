@@ -20,6 +20,13 @@ contexts ~1e7); a tensor dimension beyond the int32 range is not a model but a c
 hostile file, and a bound keeps every product exact and printable."""
 
 
+MAX_LAYERS = 10_000
+"""Most layers a config may have. The deepest published language models have about a hundred
+(Llama 3.1 405B: 126; PaLM 540B: 118) and the deepest transformer trained in research 1,000
+(DeepNet, Wang et al. 2022); ten times that is no model but a corrupted or hostile file, and the
+readers build a layer's kind once per layer."""
+
+
 def read_int(cfg: Mapping[str, Any], key: str, where: str, default: Any = ..., *, zero: bool = False) -> Any:
     """A positive integer field (``zero``: or 0, for counts such as shared experts); ``default``
     when absent or null (missing and required: error)."""

@@ -1,32 +1,69 @@
 """A Hugging Face ``config.json`` read into a :class:`~attnroof.model.config.ModelConfig`: which
 key family (Llama's or GPT-2's), what ``transformers`` fills in when a field is absent, and each
-family's facts the config does not state (gated MLPs, tied heads, four norms, QK-norm, sinks)."""
+model type's facts the config does not state (:data:`FAMILIES`: gated MLPs, tied heads, four
+norms, QK-norm, sinks). A model type not in that table is refused in one line: its layers may
+differ in ways no field says, and reading them as a Llama's gives a wrong count without a word."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from attnroof.model.architectures import layer_windows, moe_layers, read_experts, read_latent
-from attnroof.model.fields import ModelConfigError, read_bool, read_int, read_str, show
-from attnroof.model.spec import ModelConfig
+from attnroof.model.architectures import (
+    LayerKind,
+    LayerRuns,
+    layer_windows,
+    moe_layers,
+    read_experts,
+    read_latent,
+)
+from attnroof.model.fields import MAX_LAYERS, ModelConfigError, read_bool, read_int, read_str, show
+from attnroof.model.spec import QK_NORM_HEAD, QK_NORM_WIDTH, ModelConfig
 from attnroof.model.unmodelled import unmodelled
 
-GATED_MODEL_TYPES = frozenset(
-    {
-        "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
-        "qwen2_moe", "qwen3_moe", "olmoe", "phimoe", "deepseek_v2", "deepseek_v3", "gpt_oss",
-    }
-)  # fmt: skip
-"""Model types whose MLP (and experts) are gated (SwiGLU/GeGLU): gate and up projections, then down."""
-TIED_MODEL_TYPES = frozenset({"gpt2", "gemma", "gemma2", "gemma3", "gemma3_text"})
-"""Model types whose config class ties the LM head to the embedding unless told otherwise."""
-FOUR_NORM_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
-"""Gemma 2/3 normalise before and after both attention and MLP: four norms per layer, not two."""
-QK_NORM_TYPES = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
-"""Families with QK-norm: an RMSNorm over each query and key head (a head_dim scale each)."""
-SINK_TYPES = frozenset({"gpt_oss"})
-"""Families with attention sinks: one learned logit per head that every query also attends to."""
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """What a ``model_type`` fixes that its config does not say (``transformers``' modeling code)."""
+
+    what: str
+    gated: bool = True
+    """The MLP (and each expert) is gated: gate and up projections, then down (SwiGLU, GeGLU)."""
+    tied: bool = False
+    """The LM head reuses the embedding table unless ``tie_word_embeddings`` says otherwise."""
+    norms_per_layer: int = 2
+    qk_norm: str = ""
+    """QK-norm: "" none, :data:`QK_NORM_HEAD` or :data:`QK_NORM_WIDTH`."""
+    sinks: bool = False
+    """Attention sinks: one learned logit per head that every query also attends to."""
+
+
+FAMILIES: dict[str, Family] = {
+    "gpt2": Family("GPT-2: LayerNorm, GELU MLP (4 × hidden), learned positions, tied head", gated=False, tied=True),
+    "llama": Family("Llama: RMSNorm, SwiGLU MLP, rotary positions, untied head"),
+    "mistral": Family("Mistral: Llama's layer, a sliding window on every layer"),
+    "mixtral": Family("Mixtral: Mistral's layer with SwiGLU experts"),
+    "phi3": Family("Phi-3: Llama's layer (fused QKV and gate/up), a sliding window"),
+    "phimoe": Family("PhiMoE: Phi-3's layer with SwiGLU experts"),
+    "qwen2": Family("Qwen2: Llama's layer with q/k/v biases, windows from max_window_layers"),
+    "qwen2_moe": Family("Qwen2-MoE: experts plus a sigmoid-gated shared expert"),
+    "qwen3": Family("Qwen3: Llama's layer with per-head QK-norm", qk_norm=QK_NORM_HEAD),
+    "qwen3_moe": Family("Qwen3-MoE: Qwen3's layer with SwiGLU experts", qk_norm=QK_NORM_HEAD),
+    "olmoe": Family("OLMoE: SwiGLU experts, QK-norm over the whole q and k width", qk_norm=QK_NORM_WIDTH),
+    "gemma": Family("Gemma: GeGLU MLP, tied head", tied=True),
+    "gemma2": Family("Gemma 2: four norms per layer, alternating windows, soft-capping", tied=True, norms_per_layer=4),
+    "gemma3": Family("Gemma 3: Gemma 2's layer with per-head QK-norm", tied=True, norms_per_layer=4, qk_norm=QK_NORM_HEAD),
+    "gemma3_text": Family("Gemma 3 (text only)", tied=True, norms_per_layer=4, qk_norm=QK_NORM_HEAD),
+    "deepseek_v2": Family("DeepSeek-V2: latent attention, shared and routed experts, dense layers first"),
+    "deepseek_v3": Family("DeepSeek-V3: DeepSeek-V2's layout, sigmoid routing"),
+    "gpt_oss": Family("gpt-oss: experts with biases, attention sinks, alternating windows", sinks=True),
+}  # fmt: skip
+"""The model types attnroof reads, each with what it means; any other ``model_type`` is refused
+in one line (its layers could differ in ways no field says: Granite's multipliers, Cohere's
+parallel block, InternLM2's fused projections). A config without ``model_type`` is read as a
+Llama-style stack (GPT-2's with ``n_embd`` keys), gated when its activation is SiLU or
+``mlp_gated`` says so."""
 GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
 """Without a known model type, a SiLU activation means a gated MLP (every SiLU LLM uses SwiGLU)."""
 GPT2_INNER_FACTOR = 4
@@ -47,6 +84,7 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     name = name or read_str(cfg, "_name_or_path", where)
     read_str(cfg, "_name_or_path", where)  # a name that is not a string is an error, even when unused
     unmodelled(cfg, where)
+    family = _family(model_type, where)
     gpt2 = model_type == "gpt2" or "n_embd" in cfg
     k = (
         {"hidden": "n_embd", "layers": "n_layer", "heads": "n_head", "inner": "n_inner", "pos": "n_positions"}
@@ -61,6 +99,11 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     )
     hidden = read_int(cfg, k["hidden"], where)
     layers = read_int(cfg, k["layers"], where)
+    if layers > MAX_LAYERS:
+        raise ModelConfigError(
+            f"{where}: {k['layers']} = {layers:,} is more layers than any model has "
+            f"(attnroof reads at most {MAX_LAYERS:,}; Llama 3.1 405B has 126)"
+        )
     heads = read_int(cfg, k["heads"], where)
     kv_heads = read_int(cfg, "num_key_value_heads", where, heads)
     head_dim = read_int(cfg, "head_dim", where, None)
@@ -86,9 +129,9 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     else:
         intermediate = read_int(cfg, k["inner"], where)
         act = (read_str(cfg, "hidden_act", where) or read_str(cfg, "hidden_activation", where)).lower()
-        gated = model_type in GATED_MODEL_TYPES or (not model_type and act in GATED_ACTIVATIONS)
+        gated = family.gated if family else act in GATED_ACTIVATIONS
         norm = "rms" if "rms_norm_eps" in cfg else "layer"
-        tied = read_bool(cfg, "tie_word_embeddings", where, model_type in TIED_MODEL_TYPES)
+        tied = read_bool(cfg, "tie_word_embeddings", where, bool(family and family.tied))
         bias = read_bool(cfg, "attention_bias", where, False)
         qwen2 = model_type == "qwen2"  # Qwen2 has q/k/v biases and none on o_proj, whatever the config says
         qkv_bias, o_bias = (True, False) if qwen2 else (bias, bias)
@@ -97,6 +140,8 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     gated = read_bool(cfg, "mlp_gated", where, gated)  # attnroof's own override, for unknown model types
     windows = layer_windows(cfg, where, layers, model_type)
     experts = read_experts(cfg, where, model_type, intermediate)
+    moe = moe_layers(cfg, where, layers, experts)
+    runs = LayerRuns.of(LayerKind(w, e) for w, e in zip(windows, moe, strict=True))
     sliding = max((w for w in windows if w is not None), default=None)
     return ModelConfig(
         name=name or model_type or "model",
@@ -116,18 +161,30 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         learned_positions=learned,
         sliding_window=sliding,
         max_positions=max_positions,
-        windows=windows if len(set(windows)) > 1 else (),
+        layer_runs=runs,
         experts=experts,
-        moe_layers=moe_layers(cfg, where, layers, experts) if experts else (),
         latent=read_latent(cfg, where),
         activation="gelu" if act.startswith("gelu") else "silu",
-        norms_per_layer=4 if model_type in FOUR_NORM_TYPES else 2,
-        qk_norm=model_type in QK_NORM_TYPES,
-        sinks=model_type in SINK_TYPES,
+        norms_per_layer=family.norms_per_layer if family else 2,
+        qk_norm=family.qk_norm if family else "",
+        sinks=bool(family and family.sinks),
         stored_weights=_stored_weights(cfg),
         attn_softcap=_softcap(cfg, "attn_logit_softcapping", where),
         final_softcap=_softcap(cfg, "final_logit_softcapping", where),
     )
+
+
+def _family(model_type: str, where: str) -> Family | None:
+    """The family of ``model_type`` (None: the config has none); one line naming it, and what is
+    read, when attnroof does not read it."""
+    if not model_type:
+        return None
+    if model_type not in FAMILIES:
+        raise ModelConfigError(
+            f"{where}: model_type = {show(model_type)} is not a model type attnroof reads "
+            f"(it reads {', '.join(sorted(FAMILIES))})"
+        )
+    return FAMILIES[model_type]
 
 
 def _stored_weights(cfg: Mapping[str, Any]) -> str | None:

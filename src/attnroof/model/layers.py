@@ -6,7 +6,7 @@ step runs, each with its shape, how many times a step runs it, and the kind of l
     attention norm        norm               hidden                                   per layer
     QKV projection        linear             hidden → q + 2·kv width                  (latent: Q and KV
                                                                                         down/up-projections)
-    QK norm               norm               each head's q and k (Qwen3, Gemma 3)
+    QK norm               norm               q and k, per head (Qwen3, Gemma 3) or whole (OLMoE)
     KV-cache write        copy               2·kv width (latent: r + ρ) per token
     attention             attention          head_dim, group, kv_heads, window        per window kind
                           latent attention   heads, r, ρ, nope, v
@@ -21,9 +21,10 @@ step runs, each with its shape, how many times a step runs it, and the kind of l
     down projection       linear             intermediate → hidden
     final norm, LM head   norm, linear       hidden → vocab, last position only       1
 
-Rows are built layer by layer and merged where identical, so a model whose layers differ —
-windowed and global attention (Gemma 2, gpt-oss), dense layers before MoE ones (DeepSeek-V3) —
-gets one row per kind, each with its count. Everything that needs a model's shapes reads this
+Rows are built once per layer kind (:class:`~attnroof.model.architectures.LayerKind`: a window,
+a dense or expert MLP) and merged where identical, so a model whose layers differ — windowed and
+global attention (Gemma 2, gpt-oss), dense layers before MoE ones (DeepSeek-V3) — gets one row
+per kind, each with its count, and no step is costed layer by layer. Everything that needs a model's shapes reads this
 table: the cost of each operator at a step (:mod:`attnroof.model.costs`, through the operator
 table), parameters (total and active), the KV cache each attention instance keeps, the widest
 activation, the GEMM shapes of the batching argument. A new architecture adds rows here.
@@ -132,22 +133,25 @@ def stage_table(model: ModelConfig, first: int, stop: int) -> list[OpInstance]:
 
 @lru_cache(maxsize=256)
 def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) -> tuple[OpInstance, ...]:
-    windows, moe = model.layer_windows(), model.layer_is_moe()
-    mixed_windows = len(set(windows)) > 1
-    mixed_mlp = len(set(moe)) > 1 or any(moe)
-    last = len(windows) if stop is None else stop
+    """The rows of layers ``first`` to ``stop − 1``: each layer kind's rows built once, times the
+    layers of that kind (a row two kinds share, such as the MLP of windowed and global layers,
+    counts both)."""
+    every = model.layer_kinds()
+    mixed_windows = len({kind.window for kind in every}) > 1
+    mixed_mlp = any(kind.moe for kind in every)
+    last = model.layers if stop is None else stop
     first_rows: dict[tuple[Any, ...], OpInstance] = {}
     counts: dict[tuple[Any, ...], int] = {}
-    for window, is_moe in list(zip(windows, moe, strict=True))[first:last]:
-        attn_kind = (LOCAL if window is not None else GLOBAL) if mixed_windows else LAYER
-        mlp_kind = (MOE if is_moe else DENSE_MLP) if mixed_mlp else LAYER
-        for row in rows.layer_rows(model, window, is_moe, attn_kind, mlp_kind, named=mixed_windows):
+    for kind, n in model.layer_kinds(first, last).items():
+        attn_kind = (LOCAL if kind.window is not None else GLOBAL) if mixed_windows else LAYER
+        mlp_kind = (MOE if kind.moe else DENSE_MLP) if mixed_mlp else LAYER
+        for row in rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows):
             k = row.key()
             first_rows.setdefault(k, row)
-            counts[k] = counts.get(k, 0) + 1
+            counts[k] = counts.get(k, 0) + n
     merged = [replace(row, count=counts[k]) for k, row in first_rows.items()]
     inputs = rows.input_rows(model) if first == 0 else []
-    head = rows.head_rows(model) if last == len(windows) else []
+    head = rows.head_rows(model) if last == model.layers else []
     if first > 0 and model.tied:  # a pipeline's last stage keeps its own copy of a tied table
         head = [replace(r, params=r.params_read) if r.split == VOCAB else r for r in head]
     return (*inputs, *merged, *head)
@@ -165,8 +169,14 @@ def params_read(model: ModelConfig) -> int:
 
 def active_params(model: ModelConfig, *, embedding: bool = True) -> int:
     """Distinct parameters one token runs through: every dense weight, its top_k experts and the
-    shared ones, and the embedding table. ``embedding=False`` leaves out the input embedding (of
-    which a token only gathers a row) — but not a tied table, which the LM head reads whole."""
+    shared ones, and (``embedding``) the input embedding table.
+
+    Model cards differ on that table. gpt-oss's leaves it out: 5.13 B active of gpt-oss-120b's
+    116.83 B (card, table 1; the LM head, which a token multiplies through whole, stays in), and
+    ``embedding=False`` gives those 5,132,849,472; Mixtral's 12.9 B and Qwen3-30B-A3B's 3.3 B
+    count it. Without it is the count whose double is a token's weight-GEMM FLOPs (a token only
+    gathers one row of the table), so it is shown first. A tied table stays in either way: the
+    LM head reads it whole."""
     total = sum(i.count * i.active for i in layer_table(model))
     if embedding:
         return total
@@ -182,11 +192,12 @@ def gemm_shapes(model: ModelConfig) -> list[tuple[str, int, int]]:
 
 def config_json(model: ModelConfig) -> dict[str, Any]:
     """The config's JSON with what the layer table counts: parameters, and active parameters
-    (with and without the input embedding)."""
+    without the input embedding (gpt-oss's card's convention, first) and with it
+    (:func:`active_params`)."""
     return model.to_json(
         counts={
             "params": params(model),
-            "active_params": active_params(model),
             "active_params_excluding_embedding": active_params(model, embedding=False),
+            "active_params_including_embedding": active_params(model),
         }
     )

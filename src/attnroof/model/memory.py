@@ -2,7 +2,9 @@
 
     weights      = Σ over the layer table of runs × parameters, × weight itemsize
     KV per token = Σ over attention instances of runs × the elements each token adds
-                   (2 × kv_heads × head_dim for GQA), × KV itemsize
+                   (2 × kv_heads × head_dim for GQA), × KV itemsize: what a token writes
+    KV held      = the cache per sequence / context: per token of context, what the cache holds
+                   (less than written when windowed layers keep only their window)
     KV cache     = Σ over attention instances of that × batch × cached tokens (the context,
                    or the sliding window)
     activations  = one layer's live tensors: the residual stream plus the largest transient
@@ -126,7 +128,8 @@ class Memory:
     weights_bytes: float
     weights_read_bytes: float
     """The weights one step streams whole: all but the gathered embedding tables."""
-    kv_cache_bytes_per_token: float
+    kv_cache_bytes_per_token_written: float
+    """K and V one token writes, every layer's (a windowed layer's too, over its oldest token)."""
     kv_cache_bytes_per_sequence: float
     kv_cache_bytes: float
     activation_bytes: float
@@ -138,6 +141,16 @@ class Memory:
     max_context: int | None
     """Largest context that fits at this batch; None when unknown (no capacity) or unbounded."""
 
+    context: int
+    """The context the cache holds, per sequence."""
+
+    @property
+    def kv_cache_bytes_per_token_held(self) -> float:
+        """The cache per token of context: ``kv_cache_bytes_per_sequence / context``. Below the
+        written rate once windowed layers stop growing: gpt-oss-120b at 8192 tokens holds 37.4 kB
+        per token where every token writes 73.7 kB."""
+        return self.kv_cache_bytes_per_sequence / self.context
+
     @property
     def total_bytes(self) -> float:
         return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes
@@ -146,7 +159,8 @@ class Memory:
         return {
             "weights_bytes": self.weights_bytes,
             "weights_read_bytes": self.weights_read_bytes,
-            "kv_cache_bytes_per_token": self.kv_cache_bytes_per_token,
+            "kv_cache_bytes_per_token_written": self.kv_cache_bytes_per_token_written,
+            "kv_cache_bytes_per_token_held": self.kv_cache_bytes_per_token_held,
             "kv_cache_bytes_per_sequence": self.kv_cache_bytes_per_sequence,
             "kv_cache_bytes": self.kv_cache_bytes,
             "activation_bytes": self.activation_bytes,
@@ -197,7 +211,7 @@ def memory(
     return Memory(
         weights_bytes=weights,
         weights_read_bytes=weights_read(model, phase, batch, context, routing, shard) * prec.weight_itemsize,
-        kv_cache_bytes_per_token=per_token,
+        kv_cache_bytes_per_token_written=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,
         activation_bytes=act,
@@ -205,6 +219,7 @@ def memory(
         fits=fits,
         max_batch=max_batch,
         max_context=max_context,
+        context=context,
     )
 
 

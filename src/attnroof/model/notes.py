@@ -39,11 +39,10 @@ def step_notes(
     if m.stored_weights and prec.weight_itemsize > STORED_ITEMSIZE.get(m.stored_weights, 1):
         notes.append(
             f"the published checkpoint stores weights as {m.stored_weights} (quantization_config); they are "
-            "counted here at {prec.weight_itemsize:g} B each — pass --weight-dtype to count them as stored"
+            f"counted here at {prec.weight_itemsize:g} B each — pass --weight-dtype to count them as stored"
         )
-    windows = [w for w in m.layer_windows() if w is not None]
-    if windows and context > windows[0]:
-        w, n = windows[0], len(windows)
+    w, n = m.sliding_window, m.windowed_layers
+    if w is not None and n and context > w:
         where = "every layer" if n == m.layers else f"{n} of {m.layers} layers"
         if phase == DECODE:
             notes.append(

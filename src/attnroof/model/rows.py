@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from attnroof.model.spec import ModelConfig
+from attnroof.model.spec import QK_NORM_HEAD, ModelConfig
 from attnroof.row import (
     COLUMN,
     EMBEDDING,
@@ -98,8 +98,9 @@ def layer_rows(
 def _attention_rows(m: ModelConfig, window: int | None, kind: str, named: bool) -> list[OpInstance]:
     kv_elements = KV_TENSORS * m.kv_width
     rows = [_linear("QKV projection", m.hidden, m.q_width + 2 * m.kv_width, m.qkv_bias, split=COLUMN)]
-    if m.qk_norm:  # one head_dim scale for the queries, one for the keys
-        rows.append(replace(_norm(m, "QK norm", m.q_width + m.kv_width, scale=2 * m.head_dim), split=HEADS))
+    if m.qk_norm:  # per head: one head_dim scale for the queries, one for the keys; else the widths
+        scale = 2 * m.head_dim if m.qk_norm == QK_NORM_HEAD else m.q_width + m.kv_width
+        rows.append(replace(_norm(m, "QK norm", m.q_width + m.kv_width, scale=scale), split=HEADS))
     rows.append(
         OpInstance(
             "KV-cache write", "copy", 1, LAYER,

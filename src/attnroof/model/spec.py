@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attnroof.model.architectures import Experts, Latent
+from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
+
+QK_NORM_HEAD = "head"
+"""QK-norm per head (Qwen3, Gemma 3): an RMSNorm over each query and key head, one head_dim
+scale for the queries and one for the keys."""
+QK_NORM_WIDTH = "width"
+"""QK-norm over the whole width (OLMoE): one RMSNorm over all query heads (q width scales), one
+over all key heads (KV width scales)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +51,18 @@ class ModelConfig:
     learned_positions: int = 0
     """Rows of a learned position-embedding table (GPT-2: 1024); 0 for rotary models."""
     sliding_window: int | None = None
-    """The window of the windowed layers (all of them, or those ``windows`` marks)."""
+    """The window of the windowed layers (all of them, or those ``layer_runs`` marks)."""
     max_positions: int | None = None
-    windows: tuple[int | None, ...] = ()
-    """Each layer's window (None: global); empty means ``sliding_window`` on every layer."""
+    layer_runs: LayerRuns | None = None
+    """Each layer's kind — its window, whether its MLP is the experts — in runs; None: every layer
+    alike, ``sliding_window`` (or global) attention and a dense MLP."""
     experts: Experts | None = None
-    moe_layers: tuple[bool, ...] = ()
-    """Which layers' MLP is the mixture of experts (empty: none)."""
     latent: Latent | None = None
     activation: str = "silu"
     """The MLP's activation function: "silu" (SwiGLU) or "gelu" (GeGLU, GPT-2's GELU)."""
     norms_per_layer: int = 2
-    qk_norm: bool = False
+    qk_norm: str = ""
+    """"" (none), :data:`QK_NORM_HEAD` or :data:`QK_NORM_WIDTH`."""
     sinks: bool = False
     attn_softcap: float | None = None
     """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
@@ -77,12 +84,33 @@ class ModelConfig:
     def kv_width(self) -> int:
         return self.kv_heads * self.head_dim
 
-    def layer_windows(self) -> tuple[int | None, ...]:
-        """Each layer's sliding window (None: global attention)."""
-        return self.windows or (self.sliding_window,) * self.layers
+    def layer_kinds(self, first: int = 0, stop: int | None = None) -> dict[LayerKind, int]:
+        """How many of layers ``first`` to ``stop − 1`` (default: all) are of each kind, in order
+        of first appearance: what the layer table costs, once per kind.
+
+        >>> from attnroof.model.config import builtin
+        >>> builtin("gpt-oss-20b").layer_kinds()
+        {LayerKind(window=128, moe=True): 12, LayerKind(window=None, moe=True): 12}
+        """
+        stop = self.layers if stop is None else stop
+        if self.layer_runs is None:
+            return {LayerKind(self.sliding_window): stop - first} if stop > first else {}
+        return self.layer_runs.kinds(first, stop)
 
     def layer_is_moe(self) -> tuple[bool, ...]:
-        return self.moe_layers or (False,) * self.layers
+        """For each layer, whether its MLP is the mixture of experts."""
+        runs = self.layer_runs.runs if self.layer_runs else ((LayerKind(self.sliding_window), self.layers),)
+        return tuple(kind.moe for kind, n in runs for _ in range(n))
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers whose attention keeps a sliding window (0: none; ``layers``: all)."""
+        return sum(n for kind, n in self.layer_kinds().items() if kind.window is not None)
+
+    @property
+    def moe_layer_count(self) -> int:
+        """Layers whose MLP is the mixture of experts."""
+        return sum(n for kind, n in self.layer_kinds().items() if kind.moe)
 
     def to_json(self, counts: Mapping[str, int] | None = None) -> dict[str, Any]:
         """The shapes as JSON; ``counts``: what the layer table counts of them (parameters, active
@@ -110,14 +138,15 @@ class ModelConfig:
         JSON reads as before, with its active parameters)."""
         out: dict[str, Any] = {"activation": self.activation}
         if self.experts is not None:
-            out["experts"] = {**self.experts.to_json(), "moe_layers": sum(self.layer_is_moe())}
+            out["experts"] = {**self.experts.to_json(), "moe_layers": self.moe_layer_count}
         if self.latent is not None:
             out["latent_attention"] = self.latent.to_json()
-        if self.windows and len(set(self.windows)) > 1:
-            out["windowed_layers"] = sum(w is not None for w in self.windows)
-        for key, on in (("qk_norm", self.qk_norm), ("attention_sinks", self.sinks)):
-            if on:
-                out[key] = True
+        if 0 < self.windowed_layers < self.layers:
+            out["windowed_layers"] = self.windowed_layers
+        if self.qk_norm:
+            out["qk_norm"] = self.qk_norm
+        if self.sinks:
+            out["attention_sinks"] = True
         if self.attn_softcap is not None:
             out["attention_logit_softcap"] = self.attn_softcap
         if self.final_softcap is not None:

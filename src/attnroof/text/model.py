@@ -43,24 +43,23 @@ def architecture(m: ModelConfig) -> str:
         attn = f"{render.plural(m.heads, 'head')} of latent attention (cache {lat.kv_lora_rank} + {lat.qk_rope_head_dim})"
     else:
         attn = f"{render.plural(m.heads, 'head')} on {render.plural(m.kv_heads, 'KV head')} of {m.head_dim}"
-    windows = [w for w in m.layer_windows() if w is not None]
-    if windows and len(windows) < m.layers:
-        attn += f", window {windows[0]} on {render.plural(len(windows), 'layer')}"
-    elif windows:
-        attn += f", window {windows[0]}"
+    if m.windowed_layers and m.windowed_layers < m.layers:
+        attn += f", window {m.sliding_window} on {render.plural(m.windowed_layers, 'layer')}"
+    elif m.windowed_layers:
+        attn += f", window {m.sliding_window}"
     gated = (" SwiGLU" if m.activation == "silu" else " GeGLU") if m.gated else ""
     if m.experts is not None:
         ex = m.experts
         shared = f" + {ex.shared_width} shared" if ex.shared_width else ""
-        n_moe = sum(m.layer_is_moe())
+        n_moe = m.moe_layer_count
         dense = f", MLP {m.intermediate} on {m.layers - n_moe} layers" if n_moe < m.layers else ""
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
         mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
-    active = active_params(m)
     size = f"{render.num(params(m) / GIGA)} B parameters"
-    if active != params(m):
-        size += f" ({render.num(active / GIGA)} B active)"
+    if active_params(m) != params(m):
+        without, with_ = (render.num(active_params(m, embedding=e) / GIGA) for e in (False, True))
+        size += f" ({without} B active without the input embedding, {with_} B with it)"
     return f"{m.layers} layers, hidden {m.hidden}, {attn}, {mlp}, vocab {m.vocab}, {size}"
 
 
@@ -132,10 +131,13 @@ def _rate(t: Totals) -> str:
 
 def memory_line(mem: Memory, device: str, max_positions: int | None = None) -> str:
     b = render.nbytes
+    held, written = b(mem.kv_cache_bytes_per_token_held), b(mem.kv_cache_bytes_per_token_written)
+    rate = (
+        f"{held}/token" if held == written else f"{held}/token held at this context, {written}/token written"
+    )
     used = (
         f"memory: weights {b(mem.weights_bytes)} + KV cache {b(mem.kv_cache_bytes)} "
-        f"({b(mem.kv_cache_bytes_per_token)}/token) + activations {b(mem.activation_bytes)}"
-        f" = {b(mem.total_bytes)}"
+        f"({rate}) + activations {b(mem.activation_bytes)} = {b(mem.total_bytes)}"
     )
     if mem.capacity_bytes is None:
         return used + f"; {device} has no capacity figure (pass --capacity)"
@@ -223,6 +225,7 @@ def models_table(models: Sequence[ModelConfig]) -> str:
         [
             m.name,
             render.num(params(m) / GIGA),
+            render.num(active_params(m, embedding=False) / GIGA),
             render.num(active_params(m) / GIGA),
             m.layers,
             m.hidden,
@@ -237,12 +240,13 @@ def models_table(models: Sequence[ModelConfig]) -> str:
         ]
         for m in models
     ]
-    headers = ["model", "params (B)", "active (B)", "layers", "hidden", "heads/KV", "head dim", "MLP"]
-    return table([*headers, "MLP kind", "vocab", "window"], rows, "lrrrrrrrlrr")
+    headers = ["model", "params (B)", "active w/o embedding (B)", "active with embedding (B)", "layers"]
+    headers += ["hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab", "window"]
+    return table(headers, rows, "lrrrrrrrrlrr")
 
 
 def _windows(m: ModelConfig) -> str:
-    windows = [w for w in m.layer_windows() if w is not None]
-    if not windows:
+    n = m.windowed_layers
+    if not n:
         return "—"
-    return str(windows[0]) if len(windows) == m.layers else f"{windows[0]} on {len(windows)}/{m.layers}"
+    return str(m.sliding_window) if n == m.layers else f"{m.sliding_window} on {n}/{m.layers}"
