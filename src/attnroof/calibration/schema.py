@@ -3,8 +3,8 @@ meaning, in one table per object. A file ``attnroof calibrate -o`` wrote passes;
 value is refused before a forecast uses it, with one line naming the file, the field (by its
 path in the document) and the value::
 
-    cal.json: calibrations[0].fits[2].params.sharpness = 0 must be a number from 1 to 50
-    (p of the smooth maximum of compute and memory time)
+    cal.json: calibrations[0].fits[2].params.sharpness = 0 must be a number from 1 to 50: p of
+    the smooth maximum of compute and memory time
 
 The ranges of the fitted parameters are the fit's own bounds (:data:`attnroof.calibration.fit.BOUNDS`,
 a parameter held rather than fitted sits at a value inside them: an efficiency of 1.0, ``t0``
