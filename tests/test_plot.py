@@ -382,7 +382,7 @@ def test_cli_plot_bad_measured_file(cli, tmp_path, content, needle):
 
 def test_cli_plot_bad_ceilings_file(cli, tmp_path):
     path = tmp_path / "c.json"
-    path.write_text('{"device": {"peak_flops_per_s": {"bf16": 1e15}}}', encoding="utf-8")
+    path.write_text('{"device": {"name": "R", "peak_flops_per_s": {"bf16": 1e15}}}', encoding="utf-8")
     assert_one_line_error(cli("plot", "-o", str(tmp_path / "c.png"), "--ceilings", str(path)), "bandwidth")
 
 

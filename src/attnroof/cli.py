@@ -126,10 +126,13 @@ FLAG_OF_PARAM = {
 
 
 def _with_flags(e: AttnroofError) -> str:
-    """The error's message, with the library parameter it names replaced by its flag."""
+    """The error's message, with the library parameter it names replaced by its flag
+    (:func:`attnroof.errors.with_flag`: the parameter's own word, never a file's name)."""
+    from attnroof.errors import with_flag
+
     text = str(e)
     flag = FLAG_OF_PARAM.get(e.param or "")
-    return text.replace(e.param, flag, 1) if flag and e.param else text
+    return with_flag(text, e.param, flag) if flag and e.param else text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

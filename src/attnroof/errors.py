@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,34 @@ class AttnroofError(Exception):
     def __init__(self, *args: object, param: str | None = None) -> None:
         super().__init__(*args)
         self.param = param
+
+
+_QUOTED = re.compile(r"""(?<!\w)'(?:[^'\\]|\\.)*'(?!\w)|(?<!\w)"(?:[^"\\]|\\.)*"(?!\w)""")
+"""A quoted value in a message, as ``repr`` writes one (``'two_devices.toml'``); an apostrophe
+inside a word (``device's``) opens none."""
+
+
+def with_flag(message: str, param: str, flag: str) -> str:
+    """``message`` with its first mention of ``param`` replaced by ``flag``: a mention is
+    ``param`` as a word of its own, outside any quoted value and not part of a longer name, a
+    path or a file name (``two_devices.toml``, ``/tmp/device/x``, ``device_x``), so that only
+    the library's word for the parameter becomes the user's flag.
+
+    >>> with_flag("two_devices.toml: holds 2 devices; device takes a file of one", "device", "--device")
+    'two_devices.toml: holds 2 devices; --device takes a file of one'
+    >>> with_flag("'device.toml': device takes one", "device", "--device")
+    "'device.toml': --device takes one"
+    """
+    word = re.compile(rf"(?<![\w./-]){re.escape(param)}(?![\w/-]|\.\w)")
+    start = 0
+    for quoted in [*_QUOTED.finditer(message), None]:
+        end = len(message) if quoted is None else quoted.start()
+        m = word.search(message, start, end)
+        if m is not None:
+            return message[: m.start()] + flag + message[m.end() :]
+        if quoted is not None:
+            start = quoted.end()
+    return message
 
 
 class InputError(AttnroofError, ValueError):
@@ -45,15 +74,53 @@ class MissingExtra(AttnroofError, ImportError):
     """An optional dependency (torch, matplotlib) is not installed."""
 
 
-def read_text(path: str | os.PathLike[str], what: str, error: type[AttnroofError]) -> str:
+MiB = 1 << 20
+FILE_LIMITS: dict[str, int] = {
+    "device file": 16 * MiB,
+    "ceilings file": 16 * MiB,
+    "model config": 16 * MiB,
+    "calibration file": 64 * MiB,
+    "results file": 256 * MiB,
+    "measured results": 256 * MiB,
+}
+"""The most bytes :func:`read_text` reads of each kind of file (keyed by its ``what``), so that
+``/dev/zero`` or a wrong multi-gigabyte file is one line, not a machine out of memory. Each is
+some 100× the largest real file of its kind: the packaged catalog of ~60 devices is ~40 kB (a
+device file or a ceilings file holds one device, or a list of them, plus a few dozen probe
+records); a Hugging Face ``config.json`` is a few kB, the largest (vocabulary tables inline)
+under 1 MB; a calibration keeps ~200 bytes per held-out shape, ~100 kB for a full sweep; a
+results line is ~500 bytes, so 256 MiB is half a million measurements, far beyond any campaign
+(a sweep is thousands)."""
+DEFAULT_FILE_LIMIT = 16 * MiB
+"""The limit of a kind of file :data:`FILE_LIMITS` does not list."""
+
+
+def read_text(
+    path: str | os.PathLike[str], what: str, error: type[AttnroofError], *, limit: int | None = None
+) -> str:
     """The text of a user's file; ``error("cannot read <what> '<path>': <reason>")`` if it can't
-    be read (missing, a folder, not UTF-8)."""
+    be read (missing, a folder, a name too long, not UTF-8) or holds more than ``limit`` bytes
+    (default: the limit of its kind, :data:`FILE_LIMITS`). At most ``limit + 1`` bytes are read,
+    so an endless file (``/dev/zero``) is refused as quickly as a large one."""
     p = Path(path)
+    most = limit if limit is not None else FILE_LIMITS.get(what, DEFAULT_FILE_LIMIT)
     try:
-        return p.read_text(encoding="utf-8")
+        with p.open("rb") as f:
+            data = f.read(most + 1)
+        if len(data) > most:
+            raise error(
+                f"cannot read {what} {str(p)!r}: larger than {most:,} bytes, the most attnroof reads "
+                f"of a {what} (is it the right file?)"
+            )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise error(f"cannot read {what} {str(p)!r}: {reason}") from None
+        raise error(f"cannot read {what} {str(p)!r}: {_reason(e)}") from None
+
+
+def _reason(e: OSError | UnicodeDecodeError) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {e.start})"
+    return e.strerror or type(e).__name__
 
 
 class NotStrictJSON(ValueError):
@@ -124,5 +191,9 @@ def parse_json(text: str, where: str, error: type[AttnroofError]) -> Any:
 
 def read_json(path: str | os.PathLike[str], what: str, error: type[AttnroofError]) -> Any:
     """A user's JSON file (a model config, a ceilings file), parsed strictly (see
-    :func:`loads_strict`); ``error`` names the file and the reason if it can't be read as data."""
-    return parse_json(read_text(path, what, error), str(path), error)
+    :func:`loads_strict`); ``error`` names the file and the reason if it can't be read as data
+    (an empty one, ``/dev/null``, is said to be empty rather than to lack a value at column 1)."""
+    text = read_text(path, what, error)
+    if not text.strip():
+        raise error(f"cannot read {what} {str(path)!r}: it is empty")
+    return parse_json(text, f"{what} {str(path)!r}", error)

@@ -41,10 +41,10 @@ from attnroof.calibration.physics import (
     call_features,
     predict,
 )
+from attnroof.calibration.schema import FORMAT, check_file
 from attnroof.devices import Device, catalog
-from attnroof.errors import InputError, parse_json, read_text
+from attnroof.errors import InputError, read_json
 
-FORMAT = "attnroof-calibration/1"
 MIN_POINTS = 2
 """An implementation with fewer measured shapes than this is not calibrated."""
 
@@ -115,7 +115,8 @@ def _unkeyed(table: Any) -> dict[int, float]:
 class Calibration:
     """The fits of one device and dtype, on the roofs measured with them."""
 
-    device: str
+    device: str | None
+    """The device string of the results (``None``: the records named none)."""
     catalog_device: str | None
     dtype: str
     roofs: Roofs
@@ -147,26 +148,36 @@ class Calibration:
 # ---------------------------------------------------------------- fitting
 
 
-def calibrate(records: Iterable[Mapping[str, Any]], *, device: Device | None = None) -> list[Calibration]:
+def calibrate(
+    records: Iterable[Mapping[str, Any]], *, device: Device | None = None, source: str = "the records"
+) -> list[Calibration]:
     """One :class:`Calibration` per (device, dtype) found in ``records`` (a results file's
     records). ``device`` names the catalog device the measurements were made on (default: the
-    catalog device whose name or alias appears in the records' device string)."""
+    catalog device whose name or alias appears in the records' device string); ``source`` names
+    where the records came from (the results files), for an error."""
     records = [r for r in records if r.get("status") == "ok" and r.get("time_s")]
     out = []
-    for dev_name in sorted({r["device"] for r in records}):
-        mine = [r for r in records if r["device"] == dev_name]
-        cat = device.name if device is not None else match_catalog(dev_name)
+    # A record need not name its device (a hand-written line, or "device": null): such records
+    # are one device of no name, matched to no catalog device (pass ``device``).
+    for dev_name in sorted({r.get("device") for r in records}, key=lambda n: (n is not None, n or "")):
+        mine = [r for r in records if r.get("device") == dev_name]
+        cat = device.name if device is not None else match_catalog(dev_name) if dev_name else None
         for dt in sorted({r["dtype"] for r in mine if r["kind"] in KINDS}):
-            out.append(_calibrate_one(mine, dev_name, cat, dt, device))
+            out.append(_calibrate_one(mine, dev_name, cat, dt, device, source))
     if not out:
-        raise InputError("no timed attention, decode or linear measurement to calibrate on", param="results")
+        raise InputError(f"{source}: no timed attention, decode or linear measurement to calibrate on")
     return out
 
 
 def _calibrate_one(
-    records: Sequence[Mapping[str, Any]], dev_name: str, cat: str | None, dt: str, device: Device | None
+    records: Sequence[Mapping[str, Any]],
+    dev_name: str | None,
+    cat: str | None,
+    dt: str,
+    device: Device | None,
+    source: str,
 ) -> Calibration:
-    cal = Calibration(dev_name, cat, dt, roofs_of(records, dt, cat, device))
+    cal = Calibration(dev_name, cat, dt, roofs_of(records, dt, cat, device, source))
     groups: dict[tuple[str, str], list[Point]] = {}
     for r in records:
         if r["kind"] in KINDS and r["dtype"] == dt:
@@ -213,29 +224,46 @@ def match_catalog(device_string: str) -> str | None:
     return best[1] if best else None
 
 
-def roofs_of(records: Sequence[Mapping[str, Any]], dt: str, cat: str | None, device: Device | None) -> Roofs:
+def roofs_of(
+    records: Sequence[Mapping[str, Any]],
+    dt: str,
+    cat: str | None,
+    device: Device | None,
+    source: str = "the records",
+) -> Roofs:
     """The roofs of the efficiencies: the best matmul of ``dt`` and the best bandwidth measured
-    in the same run; the catalog device's figures where none was measured."""
+    in the same run; the catalog device's figures where none was measured (``source``, where the
+    records came from, is named when neither is there)."""
     peak = max(
-        (r["achieved_flops_per_s"] for r in records if _ceiling(r, "matmul") and r["dtype"] == dt),
+        (
+            r["achieved_flops_per_s"]
+            for r in records
+            if _ceiling(r, "matmul", "achieved_flops_per_s") and r["dtype"] == dt
+        ),
         default=None,
     )
-    bw = max((r["achieved_bytes_per_s"] for r in records if _ceiling(r, None)), default=None)
+    bw = max(
+        (r["achieved_bytes_per_s"] for r in records if _ceiling(r, None, "achieved_bytes_per_s")),
+        default=None,
+    )
     if peak is None or bw is None:
         dev = device or (_catalog_device(cat) if cat else None)
         if dev is None:
             raise InputError(
-                "the results hold no ceilings and name no known device: pass the device", param="device"
+                f"{source} hold no ceilings and name no catalog entry: pass the device they ran on",
+                param="device",
             )
         peak = peak or dev.peak_flops_per_s.get(dt)
         bw = bw or dev.bandwidth_bytes_per_s
         if peak is None:
-            raise InputError(f"device {dev.name} has no {dt} peak and no matmul ceiling was measured")
+            raise InputError(f"device {dev.name} has no {dt} peak and {source} hold no {dt} matmul ceiling")
     return Roofs(float(peak), float(bw), SM_COUNT.get(cat or ""), L2_BYTES.get(cat or ""))
 
 
-def _ceiling(r: Mapping[str, Any], impl: str | None) -> bool:
-    if r["kind"] != "ceiling":
+def _ceiling(r: Mapping[str, Any], impl: str | None, figure: str) -> bool:
+    """A ceiling probe of ``impl`` (``None``: any bandwidth probe) that holds its ``figure`` (a
+    valid record may leave it out, or null)."""
+    if r["kind"] != "ceiling" or r.get(figure) is None:
         return False
     return r["impl"] == impl if impl else r["impl"] != "matmul"
 
@@ -260,32 +288,21 @@ def write(path: str | os.PathLike[str], cals: Sequence[Calibration]) -> None:
 
 
 def read(path: str | os.PathLike[str]) -> list[Calibration]:
-    """The calibrations of a file :func:`write` made; :class:`InputError` naming the file for
-    anything else."""
-    text = read_text(path, "calibration file", InputError)
-    try:
-        data = parse_json(text, str(path), InputError)
-    except InputError as e:
-        raise InputError(f"not an attnroof calibration file: {e}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise InputError(f"{str(path)!r} is not an attnroof calibration file (format {FORMAT})")
-    try:
-        return [_from_json(c) for c in data["calibrations"]]
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise InputError(f"{str(path)!r}: malformed calibration ({type(e).__name__}: {e})") from None
+    """The calibrations of a file :func:`write` made; :class:`InputError` naming the file, and
+    for a value that is not what its field holds the field and the value
+    (:mod:`attnroof.calibration.schema`), for anything else."""
+    doc = read_json(path, "calibration file", InputError)
+    check_file(doc, str(path))
+    return [_from_json(c) for c in doc["calibrations"]]
 
 
 def _from_json(c: Mapping[str, Any]) -> Calibration:
+    """One calibration of a file :func:`check_file` passed."""
     r = c["roofs"]
     roofs = Roofs(
         float(r["peak_flops_per_s"]), float(r["bandwidth_bytes_per_s"]), r.get("sms"), r.get("l2_bytes")
     )
-    for v in (roofs.peak_flops_per_s, roofs.bandwidth_bytes_per_s):
-        if not v > 0:
-            raise ValueError("roofs must be positive")
-    cal = Calibration(
-        str(c["device"]), c.get("catalog_device"), str(c["dtype"]), roofs, skipped=list(c.get("skipped", []))
-    )
+    cal = Calibration(c["device"], c["catalog_device"], c["dtype"], roofs, skipped=list(c.get("skipped", [])))
     for f in c["fits"]:
         p = f["params"]
         params = Params(
@@ -295,22 +312,17 @@ def _from_json(c: Mapping[str, Any]) -> Calibration:
             eta_pass=_unkeyed(p["eta_pass"]),
             sharpness=float(p["sharpness"]),
             l2_speedup=float(p["l2_speedup"]),
-            causal_block=int(p["causal_block"]),
-            split_kv=bool(p.get("split_kv", False)),
+            causal_block=p["causal_block"],
+            split_kv=p.get("split_kv", False),
             eta_mask=None if p.get("eta_mask") is None else float(p["eta_mask"]),
         )
-        etas = [params.eta_memory, *params.eta_pass.values(), *params.eta_compute.values()]
-        if params.eta_mask is not None:
-            etas.append(params.eta_mask)
-        if min(etas) <= 0 or params.t0_s < 0:
-            raise ValueError(f"{f['impl']}: efficiencies must be positive and t0 non-negative")
         held = [
             Held(
                 Point(f["kind"], f["impl"], h["shape"], cal.dtype, float(h["time_s"])),
                 float(h["predicted_s"]),
             )
-            for h in f.get("held_out", [])
+            for h in f["held_out"]
         ]
-        fit = Fit(params, list(f.get("fitted", [])), list(f.get("not_fitted", [])))
+        fit = Fit(params, list(f["fitted"]), list(f["not_fitted"]))
         cal.fits[(f["kind"], f["impl"])] = ImplFit(f["kind"], f["impl"], fit, [], [], held)
     return cal

@@ -50,7 +50,10 @@ def select(cals: Sequence[Calibration], device: Device, dt: str) -> Calibration:
     for c in cals:
         if c.dtype == dt and device.name in (c.catalog_device, c.device):
             return c
-    have = "; ".join(f"{c.catalog_device or c.device} {c.dtype}" for c in cals) or "nothing"
+    have = (
+        "; ".join(f"{c.catalog_device or c.device or 'an unnamed device'} {c.dtype}" for c in cals)
+        or "nothing"
+    )
     raise InputError(
         f"the calibration was fitted on {have}, not on {device.name} {dt}: it cannot forecast here",
         param="calibration",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -20,8 +21,11 @@ from attnroof.devices import get_device
 from attnroof.devices.links import SCALE_UP, Link
 from attnroof.text.render import plural
 
-GLOO_MAX_WORLD = 64
-"""Most CPU processes one gloo run starts (each a Python with torch, some 300 MB)."""
+GLOO_RANKS_PER_CORE = 2
+"""Most gloo ranks per CPU core of this machine. A rank waits for its peers at every barrier and
+every collective: with more ranks than cores some always wait for a core instead of the link
+(the time measured is the scheduler's), and each rank is a Python with torch to start. Twice
+the cores still lets a two-core machine run a world of 4; beyond that nothing is measured."""
 
 
 def _gpus() -> int:
@@ -56,10 +60,32 @@ def _backend_and_world(args: argparse.Namespace) -> tuple[str, int]:
 
         require_torch()  # says which extra to install
     world = args.world or 2
+    cores = os.cpu_count() or 1
+    most = GLOO_RANKS_PER_CORE * cores
     require(
-        world <= GLOO_MAX_WORLD, f"--world {world}: at most {GLOO_MAX_WORLD} gloo processes on one machine"
+        world <= most,
+        f"--world {world}: at most {most} gloo processes on this machine ({GLOO_RANKS_PER_CORE} per CPU "
+        f"core, {plural(cores, 'core')}; more would time the scheduler, not the link)",
     )
     return backend, world
+
+
+def _check_memory(items: Any, backend: str, world: int) -> None:
+    """Refuse, before any rank starts, a plan whose buffers do not fit: gloo's ranks share this
+    machine's RAM, NCCL's each have a GPU. What a run may use is what a kernel measurement may
+    (:data:`attnroof.measure.env.MEMORY_SHARE` of the available RAM; of a GPU's capacity, as its
+    free memory cannot be asked without opening a CUDA context on each GPU here)."""
+    from attnroof.measure.collectives import check_memory
+    from attnroof.measure.env import MEMORY_SHARE, ram_bytes
+
+    if backend == "nccl":
+        from attnroof.measure import require_torch
+
+        cuda = require_torch().cuda
+        smallest = min(cuda.get_device_properties(i).total_memory for i in range(world))
+        check_memory(items, smallest * MEMORY_SHARE, shared=False)
+    else:
+        check_memory(items, ram_bytes()[1] * MEMORY_SHARE, shared=True)
 
 
 def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
@@ -103,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
     backend, world = _backend_and_world(args)
     sizes = args.sizes or byte_sizes(COLLECTIVE_SIZES[backend])
     items = plan(args.ops or COLLECTIVES, sizes, world=world, backend=backend, dt=dt)
+    _check_memory(items, backend, world)
     results = _results(args)
     done = {r["key"]: r for r in results.records} if results is not None else {}
     todo = [i for i in items if i.key not in done]

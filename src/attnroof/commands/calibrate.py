@@ -32,7 +32,9 @@ def _run(args: argparse.Namespace) -> int:
     for path in args.results:
         records += parse_results(read_text(path, "results file", InputError), path, repeats=True)
     device = get_device(args.device) if args.device else None
-    cals = calibration.calibrate(records, device=device)
+    cals = calibration.calibrate(
+        records, device=device, source=f"the results in {', '.join(map(repr, args.results))}"
+    )
     if args.output:
         calibration.write(args.output, cals)
     if args.json:

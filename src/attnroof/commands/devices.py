@@ -7,12 +7,10 @@ listed with (or instead of) the built-in ones.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 from typing import Any
 
 from attnroof.commands._common import Command, add_json_arg, emit_json
-from attnroof.devices import Device, catalog, get_device, load_device_file
+from attnroof.devices import Device, catalog, get_device, is_file_path, load_device_file
 from attnroof.dtypes import dtype
 from attnroof.text import render
 from attnroof.text.devices import FALLBACK_DTYPE, HEADLINE_DTYPE, catalog_table, device_text
@@ -34,7 +32,7 @@ def device_json(dev: Device) -> dict[str, Any]:
 def named(name: str) -> list[Device]:
     """The device that ``name`` finds in the catalog, or every device in the TOML file ``name``."""
     text = name.strip()
-    if text.endswith(".toml") or os.sep in text or Path(text).is_file():
+    if is_file_path(text):
         return load_device_file(text)
     return [get_device(text)]
 

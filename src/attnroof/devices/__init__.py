@@ -207,12 +207,16 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         peaks[dt_name] = float(value)
     _wrap(at, check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
     links = links_from_record(record, at)
-    for key in ("capacity_bytes", "onchip_bytes"):
-        if key in record:
-            if key == "capacity_bytes":
-                _wrap(at, check_capacity, key, record[key])
-            else:
-                _wrap(at, check_onchip, key, record[key])
+    if "capacity_bytes" in record:
+        _wrap(at, check_capacity, "capacity_bytes", record["capacity_bytes"])
+    if "onchip_bytes" in record:
+        _wrap(at, check_onchip, "onchip_bytes", record["onchip_bytes"])
+        if "capacity_bytes" in record and record["onchip_bytes"] > record["capacity_bytes"]:
+            raise DeviceFileError(
+                f"{at}onchip_bytes = {record['onchip_bytes']:g} is more than capacity_bytes = "
+                f"{record['capacity_bytes']:g}: on-chip memory (caches, SRAM) is part of a device's "
+                "memory, not more than all of it (both are bytes)"
+            )
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise DeviceFileError(f"{at}'aliases' must be a list of strings")
@@ -303,11 +307,17 @@ def load_device_file(path: str | os.PathLike[str]) -> list[Device]:
 def load_ceilings_file(path: str | os.PathLike[str]) -> Device:
     """The device in a ceilings file written by ``attnroof measure ceilings -o FILE.json``: its
     ``"device"`` object holds the same fields as a catalog record (measured figures, SI units)."""
-    p = Path(path)
-    doc = read_json(p, "ceilings file", DeviceFileError)
+    return ceilings_device(read_json(path, "ceilings file", DeviceFileError), str(path))
+
+
+def ceilings_device(doc: Any, origin: str) -> Device:
+    """The device of a parsed ceilings file, checked as a device file's is (every reader of a
+    ceilings file, ``--device`` and ``plot --ceilings`` alike, goes through here)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("device"), dict):
-        raise DeviceFileError(f"{p}: no 'device' object (write one: attnroof measure ceilings -o FILE.json)")
-    return device_from_record(doc["device"], str(p))
+        raise DeviceFileError(
+            f"{origin}: no 'device' object (write one: attnroof measure ceilings -o FILE.json)"
+        )
+    return device_from_record(doc["device"], origin)
 
 
 def _key(name: str) -> str:
@@ -377,7 +387,11 @@ def user_devices(env: Mapping[str, str] | None = None) -> list[Device]:
     if not value:
         return []
     path = Path(value)
-    if path.is_dir():
+    try:
+        folder = path.is_dir()
+    except OSError as e:  # a name the system cannot look up (over 255 bytes a part)
+        raise DeviceFileError(f"{ENV_VAR}={value!r}: cannot read it: {e.strerror}") from None
+    if folder:
         devices: list[Device] = []
         for file in sorted(path.glob("*.toml")):
             devices.extend(load_device_file(file))
@@ -409,18 +423,26 @@ def catalog(env: Mapping[str, str] | None = None) -> list[Device]:
     return kept + users
 
 
+def is_file_path(text: str) -> bool:
+    """Whether a ``--device`` (or ``attnroof devices NAME``) is a device file's path rather
+    than a name: it ends in ``.toml``, holds a folder separator, or is a file. A name the system
+    cannot look up (a part over 255 bytes) is not a file: it is looked up as a name, and one line
+    says there is no such device (``os.path.isfile`` answers False where ``Path.is_file`` raises)."""
+    return text.endswith(".toml") or os.sep in text or os.path.isfile(text)
+
+
 def get_device(name_or_path: str, env: Mapping[str, str] | None = None) -> Device:
     """A device by catalog name or alias, the single device in a TOML file at that path, or the
     measured device of a ceilings file (``*.json``)."""
     text = name_or_path.strip()
     if text.endswith(".json"):
         return load_ceilings_file(text)
-    if text.endswith(".toml") or os.sep in text or Path(text).is_file():
+    if is_file_path(text):
         devices = load_device_file(text)
         if len(devices) != 1:
             names = ", ".join(d.name for d in devices)
             raise DeviceFileError(
-                f"{text}: holds {len(devices)} devices ({names}); device takes a file of one device, "
+                f"{text!r} holds {len(devices)} devices ({names}); device takes a file of one device, "
                 f"or put this file in ${ENV_VAR} and name the device",
                 param="device",
             )
@@ -447,10 +469,12 @@ __all__ = [
     "Device",
     "builtin_devices",
     "catalog",
+    "ceilings_device",
     "check_capacity",
     "check_rate",
     "device_from_record",
     "get_device",
+    "is_file_path",
     "load_ceilings_file",
     "load_device_file",
     "parse_devices",

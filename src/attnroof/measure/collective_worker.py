@@ -25,7 +25,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from attnroof.measure.collectives import TAG
+from attnroof.measure.collectives import TAG, buffer_counts
 from attnroof.ops.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV
 
 HOST = "127.0.0.1"
@@ -70,8 +70,7 @@ class Rank:
         """(send, receive) buffers of ``op`` for a message of ``count`` elements, filled with
         this rank's known values."""
         t, n = self.torch, self.world
-        send_count = count // n if op == ALL_GATHER else count
-        recv_count = {ALL_REDUCE: 0, REDUCE_SCATTER: count // n}.get(op, count)
+        send_count, recv_count = buffer_counts(op, count, n)
         value = 1.0 if op in (ALL_REDUCE, REDUCE_SCATTER) else float(self.rank + 1)
         send = t.full((send_count,), value, dtype=dt, device=self.device)
         recv = t.zeros((recv_count,), dtype=dt, device=self.device)

@@ -51,6 +51,7 @@ from attnroof.ops.collectives import (
     REDUCE_SCATTER,
     SEND_RECV,
 )
+from attnroof.units import GiB, MiB
 
 KIND = "collective"
 TAG = "attnroof-collective "
@@ -59,6 +60,11 @@ SPLIT = frozenset({ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL})
 """Operations whose message is cut into one equal piece per rank: its count is a multiple of n."""
 TIMEOUT_S = 300.0
 """How long a rank waits for the others (rendezvous, one collective) before it gives up."""
+
+
+RANK_OVERHEAD_BYTES = 300 * MiB
+"""Memory one rank holds before any buffer: a Python process with torch imported (some 300 MB
+resident on the CPU)."""
 
 
 class CollectiveError(AttnroofError):
@@ -120,6 +126,44 @@ def plan(ops: Sequence[str], sizes: Sequence[int], *, world: int, backend: str, 
                 )
             items.append(Item(op, count, world, backend, dt))
     return list({i.key: i for i in items}.values())  # 1K and 1024: measured once
+
+
+def buffer_counts(op: str, count: int, n: int) -> tuple[int, int]:
+    """Elements of the (send, receive) buffers one of ``n`` ranks allocates for ``op`` on a
+    message of ``count`` elements: all-gather sends its ``1/n`` piece and receives the whole,
+    reduce-scatter sends the whole and receives its piece, all-reduce works in place (no
+    receive buffer), all-to-all and send/recv send and receive the whole."""
+    send = count // n if op == ALL_GATHER else count
+    recv = {ALL_REDUCE: 0, REDUCE_SCATTER: count // n}.get(op, count)
+    return send, recv
+
+
+def rank_bytes(item: Item) -> int:
+    """The most memory one rank allocates for ``item`` (bytes): its buffers, and for the check
+    of the first call's result (:mod:`attnroof.measure.collective_worker`) the expected values,
+    as large as the result, and the comparison's mask, one byte an element."""
+    send, recv = buffer_counts(item.op, item.count, item.world)
+    checked = send if item.op == ALL_REDUCE else recv
+    return (send + recv + checked) * int(dtype(item.dtype).itemsize) + checked
+
+
+def check_memory(items: Sequence[Item], available_bytes: float, *, shared: bool) -> None:
+    """:class:`InputError` naming the largest measurement unless it fits before any rank
+    starts: with ``shared`` (gloo: every rank a process on this machine) the whole world's
+    processes and buffers, ``world × (RANK_OVERHEAD_BYTES + rank_bytes)``, in this machine's
+    ``available_bytes``; else (NCCL: one GPU a rank) one rank's buffers in ``available_bytes``
+    of its GPU."""
+    if not items:
+        return
+    big = max(items, key=rank_bytes)
+    need = big.world * (RANK_OVERHEAD_BYTES + rank_bytes(big)) if shared else rank_bytes(big)
+    if need > available_bytes:
+        where = f"{big.world} processes on this machine" if shared else "each GPU"
+        raise InputError(
+            f"--sizes {big.bytes}: {big.op} over {big.world} ranks needs about {need / GiB:.3g} GiB on "
+            f"{where}, over the {available_bytes / GiB:.3g} GiB this run may use: choose smaller "
+            "--sizes or a smaller --world"
+        )
 
 
 def collective_record(

@@ -75,7 +75,7 @@ def local_device(prefer: str = "auto") -> TorchDevice:
         return TorchDevice(torch, dev, props.name, free * MEMORY_SHARE, float(total))
     threads = cpu_threads()
     torch.set_num_threads(threads)
-    total, available = _ram_bytes()
+    total, available = ram_bytes()
     name = f"{_cpu_name()}, {threads} thread{'s' if threads > 1 else ''}"
     return TorchDevice(torch, torch.device("cpu"), name, available * MEMORY_SHARE, total)
 
@@ -107,7 +107,7 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-def _ram_bytes() -> tuple[float, float]:
+def ram_bytes() -> tuple[float, float]:
     """Total and available RAM in bytes (``/proc/meminfo``, else ``sysconf``)."""
     try:
         info = {}

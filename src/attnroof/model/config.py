@@ -110,12 +110,16 @@ def get_model(name_or_path: str) -> ModelConfig:
     text = name_or_path.strip()
     if not text:
         raise UnknownModel("empty model name (list them with 'attnroof model --list')")
-    path = Path(text)
-    if path.is_dir() and (path / "config.json").is_file():
-        return load_config_file(path / "config.json")
-    if text.endswith(".json") or path.is_file():
-        return load_config_file(path)
-    if "/" in text and not path.exists() and is_repo_id(text):
+    # os.path answers False for a name the system cannot look up (a part over 255 bytes), where
+    # Path raises: such a name is no file, and is looked up as a model name.
+    if os.path.isdir(text):
+        config = Path(text) / "config.json"
+        if not config.is_file():
+            raise ModelConfigError(f"model folder {text!r} holds no config.json")
+        return load_config_file(config)
+    if text.endswith(".json") or os.path.exists(text):  # a path that exists is a file (/dev/null)
+        return load_config_file(text)
+    if "/" in text and is_repo_id(text):
         return hub_model(text)
     return builtin(text)
 

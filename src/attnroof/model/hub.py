@@ -71,7 +71,8 @@ def cached_config(repo_id: str, cache: Path | None = None) -> Path | None:
     """The cached ``config.json`` of ``repo_id`` at the revision ``refs/main`` names, else in
     the newest snapshot that has one; ``None`` when the cache has none."""
     folder = repo_folder(repo_id, cache)
-    if not folder.is_dir():  # the hub keeps the id's case; a user may not type it
+    if not os.path.isdir(folder):  # the hub keeps the id's case; a user may not type it
+        # (os.path: an id too long for a folder name is no folder, where Path.is_dir raises)
         parent = folder.parent
         want = folder.name.lower()
         found = [p for p in parent.iterdir() if p.name.lower() == want] if parent.is_dir() else []

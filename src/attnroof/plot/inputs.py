@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnroof.devices import Device, check_rate
+from attnroof.devices import Device, ceilings_device
 from attnroof.dtypes import dtype
-from attnroof.errors import DeviceFileError, InputError, MissingPeak, parse_json, read_text
+from attnroof.errors import InputError, MissingPeak, read_json, read_text
 from attnroof.measure.schema import numbered_results, validate_record
 from attnroof.roofline import Roof
 
@@ -160,46 +160,15 @@ def read_measured(path: str | Path) -> list[Measured]:
 
 
 def parse_ceilings(doc: Any, where: str) -> list[Roof]:
-    """Measured roofs, one per dtype, from a ceilings document."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("device"), dict):
-        raise InputError(f"{where}: expected an object with a 'device' object")
-    dev = doc["device"]
-    name = dev.get("name", "measured")
-    if not isinstance(name, str):
-        raise InputError(f"{where}: device.name = {name!r} must be a string")
-    peaks = dev.get("peak_flops_per_s")
-    if not isinstance(peaks, dict) or not peaks:
-        raise InputError(f"{where}: device.peak_flops_per_s must be an object of dtype: FLOP/s")
-    if "bandwidth_bytes_per_s" not in dev:
-        raise InputError(f"{where}: missing key 'device.bandwidth_bytes_per_s'")
-    bandwidth = _rate(dev["bandwidth_bytes_per_s"], where, "device.bandwidth_bytes_per_s", "bytes/s")
-    roofs = []
-    for key, value in peaks.items():
-        try:
-            dt = dtype(key)
-        except InputError as e:
-            raise InputError(f"{where}: device.peak_flops_per_s: {e}") from None
-        if value is None:
-            continue  # a dtype the measurement could not run
-        peak = _rate(value, where, f"device.peak_flops_per_s.{key}", "FLOP/s")
-        roofs.append(Roof(peak, bandwidth, name, dt.name))
-    return roofs
+    """Measured roofs, one per dtype, from a ceilings document: its device checked as a device
+    file's is (:func:`attnroof.devices.ceilings_device`)."""
+    dev = ceilings_device(doc, where)
+    return [Roof(peak, dev.bandwidth_bytes_per_s, dev.name, dt) for dt, peak in dev.peak_flops_per_s.items()]
 
 
 def read_ceilings(path: str | Path) -> list[Roof]:
     """The measured ceilings in ``path``, as one :class:`Roof` per dtype."""
-    doc = parse_json(_read_text(path, "ceilings file"), str(path), InputError)
-    return parse_ceilings(doc, str(path))
-
-
-def _rate(value: Any, where: str, key: str, unit: str) -> float:
-    """A measured ceiling: positive, finite and plausible for one device (the catalog's bounds)."""
-    x = _positive(value, where, key)
-    try:
-        check_rate(key, x, unit, "4e12" if unit == "bytes/s" else "989e12")
-    except DeviceFileError as e:
-        raise InputError(f"{where}: {e}") from None
-    return x
+    return parse_ceilings(read_json(path, "ceilings file", InputError), str(path))
 
 
 def _int(shape: Mapping[str, Any], key: str, default: int | None = None) -> int:

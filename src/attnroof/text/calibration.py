@@ -71,7 +71,7 @@ def fit_text(cals: Sequence[Calibration], out_path: str | None) -> str:
     lines: list[str] = []
     for c in cals:
         lines += [
-            f"calibration: {c.catalog_device or 'no catalog device'} ({c.device}), {c.dtype}",
+            f"calibration: {c.catalog_device or 'no catalog device'} ({c.device or 'no device named'}), {c.dtype}",
             f"roofs: {render.rate(c.roofs.peak_flops_per_s)} matmul, {render.bandwidth(c.roofs.bandwidth_bytes_per_s)}"
             + (f", {c.roofs.sms} SMs" if c.roofs.sms else "")
             + (f", L2 {render.nbytes(c.roofs.l2_bytes)}" if c.roofs.l2_bytes else ""),
@@ -94,7 +94,7 @@ def fit_text(cals: Sequence[Calibration], out_path: str | None) -> str:
 
 def forecast_lines(forecasts: Sequence[Forecast], bound_s: float, cal: Calibration) -> str:
     """Forecasts beside the bound, one line each."""
-    where = f"{cal.catalog_device or cal.device} {cal.dtype}"
+    where = f"{cal.catalog_device or cal.device or 'an unnamed device'} {cal.dtype}"
     lines = [f"forecast (calibrated on {where}; band from held-out errors), bound {duration(bound_s)}:"]
     for fc in forecasts:
         ratio = fc.time_s / bound_s if bound_s else float("nan")
