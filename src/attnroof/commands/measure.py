@@ -228,9 +228,10 @@ def _measure_into(
         same_device(results, dev.label, args.output)
     held = {r["key"]: r for r in results.records if r.get("status") != "error"} if results else {}
     notes = []
-    if held.keys() & {c.key for c in cases}:
-        kept = plural(len(held.keys() & {c.key for c in cases}), "measurement")
-        notes.append(f"{args.output} already holds {kept} of these: kept, not measured again")
+    have = held.keys() & {c.key for c in cases}
+    if have:
+        asked = plural(len(cases), "measurement")
+        notes.append(f"{args.output} already holds {len(have)} of the {asked} asked for: kept, not measured again")
     measured = _ceilings_for(dev, dt, given)
     from attnroof.measure.runner import measure_case
 
