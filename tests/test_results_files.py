@@ -83,7 +83,9 @@ def test_a_second_campaign_on_the_same_output_is_refused_while_the_first_runs(tm
             time.sleep(0.02)
         assert lock.exists(), "the first run never took the lock"
         second = run_cli_process(*argv, env=CPU)
-        assert_one_line_error(second, str(out), "is being written by another attnroof run", f"process {first.pid}")
+        assert_one_line_error(
+            second, str(out), "is being written by another attnroof run", f"process {first.pid}"
+        )
     finally:
         _, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
@@ -105,9 +107,11 @@ def test_a_single_measurement_into_a_file_that_holds_it_is_kept_not_appended_aga
     assert again.returncode == 0, again
     assert "already holds 1 of the 1 measurement asked for: kept, not measured again" in again.stdout
     assert out.read_text() == before
-    with R.ResultsFile(out, resume=True) as held:  # a writer never appends a key the file holds
-        with pytest.raises(InputError, match="already holds linear/linear/bf16/n=1,k=64,m=64"):
-            held.append(json.loads(before))
+    with (  # a writer never appends a key the file holds
+        R.ResultsFile(out, resume=True) as held,
+        pytest.raises(InputError, match="already holds linear/linear/bf16/n=1,k=64,m=64"),
+    ):
+        held.append(json.loads(before))
 
 
 def test_a_lock_is_refused_in_process_too_and_let_go_on_close(tmp_path: Path) -> None:
@@ -141,10 +145,16 @@ def test_a_file_that_mixes_devices_is_refused_by_every_reader(tmp_path: Path) ->
 
 def test_ceilings_of_another_device_are_refused_naming_both(tmp_path: Path) -> None:
     results = _write(tmp_path / "m.jsonl", [_linear(1), _linear(2)])
-    device = {"name": f"measured {GPU}", "peak_flops_per_s": {"bf16": 7.9e14}, "bandwidth_bytes_per_s": 4.2e12}
+    device = {
+        "name": f"measured {GPU}",
+        "peak_flops_per_s": {"bf16": 7.9e14},
+        "bandwidth_bytes_per_s": 4.2e12,
+    }
     ceilings = tmp_path / "c.json"
     ceilings.write_text(json.dumps({"device": device}))
-    r = run_cli("plot", "-o", str(tmp_path / "c.png"), "--measured", str(results), "--ceilings", str(ceilings))
+    r = run_cli(
+        "plot", "-o", str(tmp_path / "c.png"), "--measured", str(results), "--ceilings", str(ceilings)
+    )
     assert_one_line_error(r, f"measured on {GPU!r}, but {results} on 'cpu (test)'")
 
 
@@ -250,14 +260,18 @@ def test_many_measurements_make_a_small_report_and_an_aggregated_chart(tmp_path:
     from attnroof.plot import chart_inputs, report_html
     from attnroof.plot.chart import thin
 
-    lines = [json.dumps(_linear(n, time_s=1e-5 * (1 + rep / 10))) for rep in range(10) for n in range(1, 2001)]
+    lines = [
+        json.dumps(_linear(n, time_s=1e-5 * (1 + rep / 10))) for rep in range(10) for n in range(1, 2001)
+    ]
     path = tmp_path / "m.jsonl"
     path.write_text("\n".join(lines) + "\n")
     held = read_results(path)
     assert len(held.records) == 2000 and {r["time_s"] for r in held.records} == {1e-5}
     page = report_html("R", "bf16", measured=path)
     assert len(page.encode()) < 2e6
-    assert page.count("<tr><td>linear</td><td>linear</td>") == 200 and "and 1,800 more measured kernels" in page
+    assert (
+        page.count("<tr><td>linear</td><td>linear</td>") == 200 and "and 1,800 more measured kernels" in page
+    )
     inputs = chart_inputs("R", "bf16", measured=path)
     pts = np.array([(m.intensity, m.achieved_flops_per_s) for m in inputs.measured])
     drawn = next(c for c in inputs.draw().axes[0].collections if c.get_gid() == "measured-linear")
@@ -276,7 +290,9 @@ def test_measured_points_are_linked_to_the_roof_they_ran_on(tmp_path: Path) -> N
     from attnroof.roofline import Roof
 
     matmul_s = 2 * 256**3 / 0.488082e12
-    path = _write(tmp_path / "m.jsonl", [_probe("read", "fp32", 1e-4), _probe("matmul", "bf16", matmul_s), _linear(1)])
+    path = _write(
+        tmp_path / "m.jsonl", [_probe("read", "fp32", 1e-4), _probe("matmul", "bf16", matmul_s), _linear(1)]
+    )
     r = run_cli("plot", "-o", str(tmp_path / "c.png"), "--measured", str(path))
     assert r.returncode == 0 and "catalog roof" not in r.stderr, r  # no note: the roof is known
     inputs = chart_inputs("R", "bf16", measured=path)
@@ -285,7 +301,9 @@ def test_measured_points_are_linked_to_the_roof_they_ran_on(tmp_path: Path) -> N
     fig = inputs.draw()
     (seg,) = next(c for c in fig.axes[0].collections if c.get_gid() == "link-linear").get_segments()
     intensity = 8192 / 8448
-    assert seg[1].tolist() == pytest.approx([intensity, Roof(0.488082e12, 2**20 / 1e-4).attainable(intensity)])
+    assert seg[1].tolist() == pytest.approx(
+        [intensity, Roof(0.488082e12, 2**20 / 1e-4).attainable(intensity)]
+    )
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "bf16 measured: 488 GFLOP/s, 10.5 GB/s" in labels
     assert not any("0.488082" in label for label in labels)

@@ -231,7 +231,9 @@ def _measure_into(
     have = held.keys() & {c.key for c in cases}
     if have:
         asked = plural(len(cases), "measurement")
-        notes.append(f"{args.output} already holds {len(have)} of the {asked} asked for: kept, not measured again")
+        notes.append(
+            f"{args.output} already holds {len(have)} of the {asked} asked for: kept, not measured again"
+        )
     measured = _ceilings_for(dev, dt, given)
     from attnroof.measure.runner import measure_case
 
