@@ -22,7 +22,7 @@ from attnroof import calibration  # noqa: E402
 from attnroof.calibration.fit import summary  # noqa: E402
 from attnroof.calibration.physics import Roofs, cost_of  # noqa: E402
 from attnroof.errors import InputError, read_text  # noqa: E402
-from attnroof.measure.schema import parse_results  # noqa: E402
+from attnroof.measure.reading import parse_results  # noqa: E402
 from attnroof.roofline import Roof, place  # noqa: E402
 
 DEFAULT = [
@@ -113,9 +113,7 @@ def main() -> int:
         return 2
     try:
         records = [
-            r
-            for p in args.results
-            for r in parse_results(read_text(p, "results file", InputError), p, repeats=True)
+            r for p in args.results for r in parse_results(read_text(p, "results file", InputError), p)
         ]
         cals = calibration.calibrate(records)
     except InputError as e:

@@ -24,7 +24,7 @@ from attnroof.calibration.physics import (
 )
 from attnroof.devices import get_device
 from attnroof.errors import InputError, MissingExtra
-from attnroof.measure.schema import parse_results
+from attnroof.measure.reading import parse_results
 from conftest import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.xdist_group("calibration")  # one worker: its module fixtures run once
@@ -206,7 +206,7 @@ def test_missing_scipy_names_the_extra(monkeypatch):
 
 @pytest.fixture(scope="module")
 def reference():
-    return calibration.calibrate(parse_results(DATA.read_text(), str(DATA), repeats=True))
+    return calibration.calibrate(parse_results(DATA.read_text(), str(DATA)))
 
 
 def test_reference_calibration_errors_as_reported(reference):

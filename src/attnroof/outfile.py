@@ -19,7 +19,8 @@ does not exist (a typo in a folder name should not scatter results into a new tr
 **Measurements are protected.** A file that holds measurements (an attnroof results file with
 records, or a ceilings file) is never overwritten unless the command is told to (``--force``);
 :func:`check_overwrite` says why a path is protected. The JSON-lines results file is appended
-to, a record at a time; see :class:`attnroof.measure.records.ResultsFile`.
+to, a record at a time, by one run at a time (:class:`Lock`); see
+:class:`attnroof.measure.records.ResultsFile`.
 
 Error messages here name the path only; the commands add which flag it came from.
 """
@@ -27,11 +28,13 @@ Error messages here name the path only; the commands add which flag it came from
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import stat
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from attnroof.errors import InputError
@@ -216,3 +219,51 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+class Lock:
+    """An advisory lock that one writer holds on a file it appends to for a long time (a
+    measurement campaign), so that a second writer is refused instead of interleaving its lines.
+
+    The lock is ``flock`` on a sibling ``.NAME.lock``, not on the file itself: the file is
+    replaced by renaming a new copy over it (:func:`write_text`), and a lock on the old copy
+    would not stop a writer that opens the new one. The lock file says who holds it (process id
+    and start time, for the refusal's message); it is removed on :meth:`release`, and a lock left
+    by a process that died is no lock (the kernel lets go of ``flock`` with the process)."""
+
+    def __init__(self, real: Path, *, shown: str) -> None:
+        self.path = real.parent / f".{real.name}.lock"
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as e:
+                raise OutputError(f"cannot write {shown!r}: {e.strerror or e}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise OutputError(
+                    f"{shown!r} is being written by another attnroof run ({holder}; lock {str(self.path)!r}): "
+                    "wait for it to finish, or choose another -o"
+                ) from None
+            try:  # the holder may have let go and removed the file between our open and flock
+                current = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        self._fd: int | None = fd
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"process {os.getpid()}, since {started}\n".encode())
+
+    def release(self) -> None:
+        """Let go (removing the lock file first, while it is still held)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None

@@ -1,6 +1,7 @@
-"""The JSON-lines results file of ``attnroof measure suite`` and ``measure collectives``: kept
-with ``--resume``, started over with ``--force``, never overwritten otherwise; and what an
-interrupted run leaves in it."""
+"""The JSON-lines results file of ``attnroof measure suite``, ``measure collectives`` and the
+single measurements (``measure attention|decode|linear -o``): kept with ``--resume``, started
+over with ``--force``, never overwritten otherwise, written by one run at a time, continued only
+on the device it was measured on; and what an interrupted run leaves in it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,17 @@ def results_file(path: str, *, keep: bool = True) -> Any:
         return ResultsFile(path, resume=keep)
     except OSError as e:
         raise InputError(f"-o {path!r}: {e.strerror or e}") from None
+
+
+def same_device(results: Any, label: str, path: str) -> None:
+    """Refuse to add measurements of the device ``label`` to a file measured on another one (see
+    :mod:`attnroof.measure.reading`: one results file, one device)."""
+    if results.device is not None and results.device != label:
+        results.close()
+        raise InputError(
+            f"-o {path!r} holds measurements made on {results.device!r}; this run is on {label!r}: a "
+            "results file holds one device's measurements (choose another -o)"
+        )
 
 
 def interrupted(results: Any, path: str) -> str:
@@ -45,6 +57,7 @@ def suite_file(args: argparse.Namespace) -> Any:
         if args.resume or not results.records:
             return results
         held = plural(len(results.records), "measurement")
+        results.close()
     raise InputError(
         f"-o {args.output!r} already holds {held}: pass --resume to continue it, --force to start "
         "it over, or name another file (nothing measured is overwritten)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from attnroof.commands._common import Command, add_force_arg, add_json_arg, emit_json
 
@@ -22,15 +23,17 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from attnroof import calibration
     from attnroof.devices import get_device
-    from attnroof.errors import InputError, read_text
-    from attnroof.measure.schema import parse_results
+    from attnroof.measure.reading import read_results
     from attnroof.text.calibration import fit_text
 
     if args.output:  # before any work: a path that cannot or must not be written
         _check_output(args.output, args.force)
     records = []
     for path in args.results:
-        records += parse_results(read_text(path, "results file", InputError), path, repeats=True)
+        held = read_results(path)  # each measurement once, the fastest kept; one device
+        if held.note:
+            print(f"attnroof: note: {held.note}", file=sys.stderr)
+        records += held.records
     device = get_device(args.device) if args.device else None
     cals = calibration.calibrate(
         records, device=device, source=f"the results in {', '.join(map(repr, args.results))}"

@@ -22,7 +22,7 @@ from attnroof.commands._common import (
     require,
     resolve_heads,
 )
-from attnroof.commands._results import interrupted, results_file, suite_file
+from attnroof.commands._results import interrupted, results_file, same_device, suite_file
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError, read_json
 from attnroof.text.render import plural
@@ -207,27 +207,71 @@ def _kernels_run(args: argparse.Namespace, kind: str) -> int:
     else:
         cases = [K.linear_case(args.n, args.k, args.m, dt=dt)]
     results = results_file(args.output) if args.output else None  # a bad -o fails before any work
+    try:
+        return _measure_into(args, results, cases, dt, catalog, given)
+    finally:
+        if results is not None:
+            results.close()
+
+
+def _measure_into(
+    args: argparse.Namespace,
+    results: Any,
+    cases: list[Any],
+    dt: str,
+    catalog: Device | None,
+    given: Device | None,
+) -> int:
+    """Measure ``cases`` (those ``results`` holds already are kept, not measured again) and print."""
     dev = _torch_device(args)
+    if results is not None:
+        same_device(results, dev.label, args.output)
+    held = {r["key"]: r for r in results.records if r.get("status") != "error"} if results else {}
+    notes = []
+    have = held.keys() & {c.key for c in cases}
+    if have:
+        asked = plural(len(cases), "measurement")
+        notes.append(
+            f"{args.output} already holds {len(have)} of the {asked} asked for: kept, not measured again"
+        )
     measured = _ceilings_for(dev, dt, given)
     from attnroof.measure.runner import measure_case
 
     records = []
     for c in cases:
+        if c.key in held:
+            records.append(held[c.key])
+            continue
         rec = measure_case(c, dev, measured=measured, catalog=catalog)
         if results is not None:
             results.append(rec)  # on disk before the next case starts
         records.append(rec)
-    note = _ncu(args, dev, records, cases)
+    notes.append(_ncu(args, dev, records, cases))
     if results is not None and any(r.get("ncu_bytes") is not None for r in records):
         results.rewrite(results.records)  # the same records, now with their DRAM bytes
-    return _output(args, dev, measured, catalog, records, [note])
+    return _output(args, dev, measured, catalog, records, notes)
 
 
 def _suite_run(args: argparse.Namespace) -> int:
     dt, catalog, given = _validate(args)
     impls = _impls(args, "suite")
     results = suite_file(args)  # a file that must not be touched is refused before torch loads
+    try:
+        return _suite_into(args, results, dt, catalog, given, impls)
+    finally:
+        results.close()
+
+
+def _suite_into(
+    args: argparse.Namespace,
+    results: Any,
+    dt: str,
+    catalog: Device | None,
+    given: Device | None,
+    impls: list[str] | None,
+) -> int:
     dev = _torch_device(args)
+    same_device(results, dev.label, args.output)
     from attnroof.measure.suite import plan_cases, run_suite
     from attnroof.text.measure import case_label
 

@@ -154,7 +154,7 @@ def _plot_run(args: argparse.Namespace) -> int:
         bool(inputs.trajectories or inputs.measured), "nothing to plot: --no-attention with no other operator"
     )
     path = plot.save_figure(inputs.draw(), args.output)
-    _note_roof_of_measured(args, dev.name)
+    _print_notes(inputs.notes)
     if args.json:
         emit_json(
             {
@@ -172,14 +172,11 @@ def _plot_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _note_roof_of_measured(args: argparse.Namespace, device: str) -> None:
-    """Measured points without their ceilings sit under the catalog's roof: say so, once."""
-    if args.measured and not args.ceilings:
-        print(
-            f"attnroof: note: measured points are linked to {device}'s catalog roof; pass "
-            "--ceilings FILE.json (attnroof measure ceilings -o) for the roof they ran under",
-            file=sys.stderr,
-        )
+def _print_notes(notes: list[str]) -> None:
+    """What the reader of a chart should know about its measured inputs, one line each on stderr:
+    repeated measurements (the fastest kept), points without a measured roof."""
+    for note in notes:
+        print(f"attnroof: note: {note}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- report
@@ -208,9 +205,10 @@ def _report_run(args: argparse.Namespace) -> int:
     plot = _load_plot()
     dev, dts = _device_and_dtypes(args)
     require(len(dts) == 1, f"--dtype {args.dtype!r}: a report is for one dtype")
-    text = plot.report_html(dev, dts[0], **shape, measured=args.measured, ceilings=args.ceilings)
+    notes: list[str] = []
+    text = plot.report_html(dev, dts[0], **shape, measured=args.measured, ceilings=args.ceilings, notes=notes)
     path = plot.write_report(args.output, text)
-    _note_roof_of_measured(args, dev.name)
+    _print_notes(notes)
     if args.json:
         emit_json(
             {

@@ -18,7 +18,8 @@ from attnroof import outfile
 from attnroof.devices import Device
 from attnroof.errors import InputError
 from attnroof.jsonable import to_jsonable
-from attnroof.measure.schema import parse_results
+from attnroof.measure.reading import MAX_LINE_BYTES, read_results
+from attnroof.measure.schema import rates
 from attnroof.roofline import Roof, place
 
 OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
@@ -72,11 +73,10 @@ def new_record(
 
 
 def set_time(rec: dict[str, Any], time_s: float, flops: float, nbytes: float) -> dict[str, Any]:
-    """Fill in a timed record's model counts and achieved rates."""
+    """Fill in a timed record's model counts and achieved rates (:func:`~attnroof.measure.schema.rates`,
+    the formula every reader checks them against)."""
     rec.update(time_s=float(time_s), flops=float(flops), bytes=float(nbytes))
-    rec["intensity"] = float(flops) / float(nbytes) if nbytes else None
-    rec["achieved_flops_per_s"] = float(flops) / time_s
-    rec["achieved_bytes_per_s"] = float(nbytes) / time_s
+    rec.update(rates(float(time_s), float(flops), float(nbytes)))
     return rec
 
 
@@ -124,25 +124,29 @@ def impossible(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Records of an attnroof results file (JSON lines), each validated before any work starts
-    (:func:`attnroof.measure.schema.parse_results`: known kind and status, a shape of the right
-    keys and types, finite figures, each key once). A last line cut short by an interrupted run
-    is ignored; any other line that is not a record means this is someone else's file, and
-    :class:`~attnroof.errors.InputError` says so rather than let a writer touch it. A missing
-    file has no records."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    """Records of an attnroof results file that attnroof is about to write to, by the rules of
+    :func:`attnroof.measure.reading.read_results` (``keyed``: a line that is not a keyed record
+    means this is someone else's file, and :class:`~attnroof.errors.InputError` says so rather
+    than let a writer touch it). A missing file has no records."""
+    if not Path(path).exists():
         return []
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{str(path)!r} cannot be read as a results file: {e}") from None
-    return parse_results(text, str(path), keyed=True)
+    return read_results(path, keyed=True).records
 
 
 class ResultsFile:
     """A JSON-lines file written one record at a time, flushed and fsync'd, so that an
-    interrupted run loses nothing. ``resume=True`` keeps what is there (minus a cut-short last
-    line); otherwise the file starts empty.
+    interrupted run loses nothing. ``resume=True`` keeps what is there (a cut-short last line is
+    cut off, nothing else is rewritten); otherwise the file starts empty.
+
+    **One writer.** A regular file is locked for as long as this object is open
+    (:class:`attnroof.outfile.Lock`, on a sibling ``.NAME.lock``): a second run given the same
+    ``-o`` is refused with one line, before it measures anything, instead of interleaving its
+    records with the first's. :meth:`close` (or the end of the process) lets go.
+
+    **Each measurement once.** :meth:`append` refuses a key the file already holds (other than
+    a failed attempt, which its retry replaces): a writer never makes a file that its readers
+    must resolve. A file read on ``--resume`` that holds repeats (two campaigns pasted) keeps
+    them: :meth:`rewrite` writes them back.
 
     The path follows :mod:`attnroof.outfile`'s rules: a symlink is written through, a missing
     folder is refused, and a device or FIFO (``/dev/null``, a named pipe) is a **stream**: opened
@@ -151,15 +155,28 @@ class ResultsFile:
 
     def __init__(self, path: str | os.PathLike[str], *, resume: bool = False) -> None:
         self.path = Path(path)
-        self._target = outfile.target(self.path)
         self._stream: IO[str] | None = None
+        self._lock: outfile.Lock | None = None
+        self._target = outfile.target(self.path)
+        self._superseded: list[dict[str, Any]] = []
+        self.device: str | None = None
+        """The device the file's records were measured on (``None``: none yet)."""
+        self.records: list[dict[str, Any]] = []
         if self._target.stream:
-            self.records: list[dict[str, Any]] = []
             # no O_CREAT, no O_TRUNC: the device or FIFO stays what it is; held open for the run
             self._stream = os.fdopen(os.open(self.path, os.O_WRONLY), "w", encoding="utf-8")
             return
-        self.records = read_records(self.path) if resume else []
-        self._write_all(self.records)  # a cut-short last line goes
+        self._lock = outfile.Lock(self._target.real, shown=str(self.path))
+        try:
+            if resume and self._target.real.exists():
+                held = read_results(self._target.real, keyed=True, keep_superseded=True)
+                self.records, self._superseded, self.device = held.records, held.superseded, held.device
+                _end_last_line(self._target.real)
+            else:
+                self._write_all([])
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def stream(self) -> bool:
@@ -171,6 +188,12 @@ class ResultsFile:
         return {r["key"] for r in self.records}
 
     def append(self, rec: dict[str, Any]) -> None:
+        """Write ``rec`` at the end of the file, on disk before this returns."""
+        held = next((r for r in self.records if r["key"] == rec["key"]), None)
+        if held is not None and held.get("status") != ERROR:
+            raise InputError(
+                f"{str(self.path)!r} already holds {rec['key']}: a results file holds each measurement once"
+            )
         line = json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n"
         if self._stream is not None:
             self._stream.write(line)
@@ -180,19 +203,61 @@ class ResultsFile:
                 f.write(line)
                 f.flush()
                 os.fsync(f.fileno())
+        if held is not None:
+            self.records.remove(held)  # the failed attempt; its line stays until a rewrite
         self.records.append(rec)
+        if self.device is None and isinstance(rec.get("device"), str):
+            self.device = rec["device"]
 
     def rewrite(self, records: list[dict[str, Any]]) -> None:
-        """Replace the file's contents at once (write a sibling, then rename over)."""
+        """Replace the file's contents at once (write a sibling, then rename over): ``records``,
+        after the repeats read on ``--resume`` that were not kept (nothing measured is lost)."""
         if self._stream is None:
-            self._write_all(records)
+            self._write_all([r for r in self._superseded if r.get("status") != ERROR] + list(records))
         self.records = list(records)
 
     def close(self) -> None:
+        """Close a stream; let go of a regular file's lock."""
         if self._stream is not None:
             self._stream.close()
             self._stream = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __del__(self) -> None:  # dropped without close(): let go, as a file object does
+        self.close()
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _write_all(self, records: list[dict[str, Any]]) -> None:
         text = "".join(json.dumps(to_jsonable(rec), ensure_ascii=False) + "\n" for rec in records)
         outfile.write_text(self._target.real, text)
+
+
+def _end_last_line(path: Path) -> None:
+    """Make the file end with a whole line before records are appended: a last line without its
+    newline is given one when it is a record (the reader took it), and cut off when it is the
+    part of a record an interrupted run was writing (the reader ignored it)."""
+    with path.open("r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        start = max(0, size - MAX_LINE_BYTES - 2)
+        f.seek(start)
+        tail = f.read()
+        if tail.endswith(b"\n"):
+            return
+        cut = tail.rfind(b"\n") + 1
+        try:
+            json.loads(tail[cut:])
+        except ValueError:
+            f.truncate(start + cut)
+        else:
+            f.write(b"\n")
+        f.flush()
+        os.fsync(f.fileno())

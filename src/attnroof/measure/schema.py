@@ -20,22 +20,23 @@ Blank lines are skipped. The last line, when the file does not end with a newlin
 is not complete JSON, is the record an interrupted run was writing: it is ignored (and
 rewritten by the next run).
 
-**Duplicates.** A measurement (a ``key``, or for a hand-written line without one, its kind,
-implementation, dtype and shape) appears once. A second record of the same measurement is an
-error naming both lines, so that nothing measured is dropped silently (two campaigns pasted
-together, or two devices, are not one results file). One exception: a record with status
-``error`` followed by a later record of the same key is a failed attempt and its retry, and the
-retry replaces it.
+**Derived figures.** ``intensity``, ``achieved_flops_per_s`` and ``achieved_bytes_per_s`` are
+``flops / bytes``, ``flops / time_s`` and ``bytes / time_s`` (:func:`rates`, the one formula the
+writer uses too); a record whose stored figure differs from that by more than
+:data:`DERIVED_TOLERANCE` is refused, never drawn as given. (A collective's
+``achieved_bytes_per_s`` is its bus bandwidth, not bytes / time: it is not checked.)
+
+Reading a whole file (streamed, with limits), measurements given more than once and the one
+device a file holds: :mod:`attnroof.measure.reading`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from typing import Any
 
-from attnroof.errors import InputError, NotStrictJSON, loads_strict
+from attnroof.errors import InputError
 
 OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
 STATUSES = (OK, SKIP, WRONG, ERROR)
@@ -93,6 +94,38 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+DERIVED_TOLERANCE = 0.01
+"""Largest relative difference between a stored derived figure and :func:`rates` of the record's
+counts: a figure rounded to three digits by hand passes, a wrong one does not."""
+
+
+def rates(time_s: float, flops: float, nbytes: float) -> dict[str, float | None]:
+    """The figures derived from a measurement's counts and time (FLOP/byte, FLOP/s, B/s):
+    ``intensity`` is ``None`` when no bytes move."""
+    return {
+        "intensity": flops / nbytes if nbytes else None,
+        "achieved_flops_per_s": flops / time_s,
+        "achieved_bytes_per_s": nbytes / time_s,
+    }
+
+
+def _check_derived(rec: Mapping[str, Any], where: str) -> None:
+    """Refuse a stored derived figure that is not what the record's counts and time make."""
+    time_s, flops, nbytes = rec.get("time_s"), rec.get("flops"), rec.get("bytes")
+    if time_s is None or flops is None or nbytes is None:
+        return
+    for name, want in rates(time_s, flops, nbytes).items():
+        have = rec.get(name)
+        if have is None or want is None or (name == "achieved_bytes_per_s" and rec["kind"] == "collective"):
+            continue
+        if abs(have - want) > DERIVED_TOLERANCE * abs(want):
+            raise _fail(
+                where,
+                f"{name} = {_show(have)} is not what flops, bytes and time_s make ({want:.4g}): "
+                "a derived figure must agree with the counts it comes from",
+            )
+
+
 def validate_record(rec: Any, where: str, *, keyed: bool = False) -> dict[str, Any]:
     """``rec`` if it is a measurement attnroof can use, else :class:`InputError` with one line
     that starts with ``where`` (``FILE:LINE``) and names the field and the value. ``keyed``: the
@@ -140,6 +173,7 @@ def validate_record(rec: Any, where: str, *, keyed: bool = False) -> dict[str, A
             raise _fail(where, f"{field} = {_show(rec[field])} must be true or false")
     if rec.get("model") is not None and rec["model"] not in MODELS:
         raise _fail(where, f"model = {_show(rec['model'])} must be one of {', '.join(MODELS)}")
+    _check_derived(rec, where)
     return rec
 
 
@@ -179,59 +213,6 @@ def identity(rec: Mapping[str, Any]) -> str:
 
 
 FOREIGN = "not an attnroof measurement: not a results file, so it is left untouched (choose another -o)"
-
-
-def parse_results(
-    text: str, path: str, *, keyed: bool = False, repeats: bool = False
-) -> list[dict[str, Any]]:
-    """The records of a results file's ``text``, every one validated (:func:`validate_record`)
-    and each measurement once (see the module's rules on duplicates), in file order.
-
-    ``keyed`` is for a file attnroof is about to write to (``measure -o``, ``--resume``): every
-    line must be a keyed record, and a line that is not JSON, or not an object with a ``key``, is
-    refused as someone else's file (:data:`FOREIGN`). ``repeats`` is for a reader that pools
-    measurements (``calibrate``): a measurement repeated (a ceiling probed twice in one run) is
-    kept each time instead of refused. Errors are one line, ``PATH:LINE: ...``."""
-    return [rec for _, rec in numbered_results(text, path, keyed=keyed, repeats=repeats)]
-
-
-def numbered_results(
-    text: str, path: str, *, keyed: bool = False, repeats: bool = False
-) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`parse_results`, each record with its line number."""
-    lines = text.split("\n")
-    records: list[tuple[int, dict[str, Any]]] = []
-    seen: dict[str, int] = {}  # identity -> index in records
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        cut_short = number == len(lines) and not text.endswith("\n")
-        try:
-            rec = loads_strict(line)
-        except json.JSONDecodeError as e:
-            if cut_short:
-                continue  # the record an interrupted run was writing
-            raise _fail(where, FOREIGN if keyed else f"not valid JSON ({e.msg})") from None
-        except NotStrictJSON as e:
-            raise _fail(where, f"not valid JSON data: {e}") from None
-        if keyed and not (isinstance(rec, dict) and "key" in rec):
-            raise _fail(where, FOREIGN)
-        validate_record(rec, where, keyed=keyed)
-        ident = identity(rec)
-        if ident in seen and not (repeats and rec["status"] != ERROR):
-            first, earlier = records[seen[ident]]
-            if earlier["status"] != ERROR:
-                raise _fail(
-                    where,
-                    f"{ident} is measured twice (lines {first} and {number}); a results file holds "
-                    "each measurement once: remove one",
-                )
-            records[seen[ident]] = (number, rec)  # a failed attempt, then its retry: the retry counts
-            continue
-        seen[ident] = len(records)
-        records.append((number, rec))
-    return records
 
 
 def ceiling_records(doc: Any, path: str) -> list[dict[str, Any]]:

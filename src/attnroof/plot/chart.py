@@ -19,13 +19,13 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from attnroof.devices import Device
-from attnroof.dtypes import rate_unit
 from attnroof.errors import InputError
 from attnroof.plot.inputs import Measured, model_point
 from attnroof.plot.labels import label_points
 from attnroof.plot.series import Trajectory, roof_polyline
 from attnroof.roofline import NEAR_RIDGE_FACTOR, Roof
-from attnroof.units import TB_PER_S, TFLOP_PER_S
+from attnroof.text import render
+from attnroof.units import TFLOP_PER_S
 
 NOTEBOOK_DPI = 100
 FIGSIZE = (11.0, 6.5)
@@ -47,6 +47,11 @@ TRAJECTORY_COLOURS = {
 }
 MARKERS = {"attention": "o", "decode": "^", "linear": "s"}
 DECODE_COLOURS = ("tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:gray")
+CELLS_PER_DECADE = 100
+"""Measured points are aggregated before drawing: one marker (and one link) per cell of a log
+grid this fine, 2.3% wide, under a marker's width. A results file of thousands of measurements
+draws what the eye can tell apart, and an SVG of it stays small."""
+
 MEASURED_COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666")
 
 
@@ -103,6 +108,26 @@ def _tflops(value: float, _pos: Any = None) -> str:
     return f"{value / TFLOP_PER_S:g}"
 
 
+def _roof_figures(roof: Roof) -> str:
+    """A roof's peak and bandwidth for the legend, three significant digits as all of attnroof's
+    text: ``989 TFLOP/s, 4.8 TB/s``, ``488 GFLOP/s, 21.3 GB/s``."""
+    return f"{render.peak(roof.peak_flops_per_s, roof.dtype)}, {render.bandwidth(roof.bandwidth_bytes_per_s)}"
+
+
+def thin(rows: np.ndarray) -> np.ndarray:
+    """Indices (in order) of the first row in each cell of a log grid of :data:`CELLS_PER_DECADE`
+    cells per decade, over all columns (positive values: FLOP/byte, FLOP/s).
+
+    >>> thin(np.array([[10.0, 1e12], [10.1, 1.001e12], [20.0, 1e12]])).tolist()
+    [0, 2]
+    """
+    if len(rows) == 0:
+        return np.arange(0)
+    cells = np.floor(np.log10(rows) * CELLS_PER_DECADE).astype(np.int64)
+    _, first = np.unique(cells, axis=0, return_index=True)
+    return np.sort(first)
+
+
 def _plain(value: float, _pos: Any = None) -> str:
     """Tick label of a FLOP/byte value without exponents (0.1, 1, 10, 1,000, 100,000)."""
     return f"{value:,.0f}" if value >= 1 else f"{value:g}"
@@ -123,7 +148,9 @@ def draw_roofline(
     figsize: tuple[float, float] = FIGSIZE,
 ) -> Figure:
     """Draw ``roofs`` (catalog), ``ceilings`` (measured roofs), ``trajs`` and ``measured`` points,
-    each measured point linked to the model's point for its shape on ``model_device``."""
+    each measured point linked to the model's point for its shape on the roof it ran under: the
+    ``ceilings`` (measured on the device the points ran on) when given, else ``model_device``'s
+    catalog roof."""
     if not roofs:
         raise InputError("a roofline chart needs at least one roof (a dtype)")
     fig = RooflineFigure(figsize=figsize, layout="constrained")
@@ -131,7 +158,7 @@ def draw_roofline(
     ax.set_xscale("log")
     ax.set_yscale("log")
 
-    links = [(m, model_point(m, model_device) if model_device else None) for m in measured]
+    links = [(m, model_point(m, model_device, ceilings) if model_device else None) for m in measured]
     xs = [r.ridge for r in (*roofs, *ceilings)]
     ys = [r.peak_flops_per_s for r in (*roofs, *ceilings)]
     for t in trajs:
@@ -163,8 +190,7 @@ def _draw_roofs(ax: Any, roofs: Sequence[Roof], ylim: tuple[float, float], xlim:
             y,
             color=colour,
             lw=2.2,
-            label=f"{roof.dtype} roof: {_tflops(roof.peak_flops_per_s)} T{rate_unit(roof.dtype)}, "
-            f"{roof.bandwidth_bytes_per_s / TB_PER_S:g} TB/s",
+            label=f"{roof.dtype} roof: {_roof_figures(roof)}",
             gid=f"roof-{roof.dtype}",
             zorder=3,
         )
@@ -216,8 +242,7 @@ def _draw_ceilings(
             ls="--",
             gid=f"ceiling-{roof.dtype}",
             zorder=3,
-            label=f"{roof.dtype} measured: {_tflops(roof.peak_flops_per_s)} T{rate_unit(roof.dtype)}, "
-            f"{roof.bandwidth_bytes_per_s / TB_PER_S:.3g} TB/s",
+            label=f"{roof.dtype} measured: {_roof_figures(roof)}",
         )
 
 
@@ -253,6 +278,7 @@ def _draw_measured(ax: Any, links: Sequence[tuple[Measured, tuple[float, float] 
         colour = MEASURED_COLOURS[i % len(MEASURED_COLOURS)]
         mine = [(m, mp) for m, mp in links if m.impl == impl]
         pts = np.array([(m.intensity, m.achieved_flops_per_s) for m, _ in mine])
+        pts = pts[thin(pts)]
         ax.scatter(
             pts[:, 0],
             pts[:, 1],
@@ -268,6 +294,8 @@ def _draw_measured(ax: Any, links: Sequence[tuple[Measured, tuple[float, float] 
         pairs = [((m.intensity, m.achieved_flops_per_s), mp) for m, mp in mine if mp]
         if not pairs:
             continue
+        flat = np.array([(*a, *b) for a, b in pairs])
+        pairs = [((r[0], r[1]), (r[2], r[3])) for r in flat[thin(flat)]]
         ax.add_collection(
             LineCollection(
                 [list(p) for p in pairs], colors=colour, lw=0.8, alpha=0.7, gid=f"link-{impl}", zorder=6

@@ -5,7 +5,7 @@ operators' trajectories, measured points and ceilings (:class:`ChartInputs`, the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
 from attnroof.plot.chart import draw_roofline
-from attnroof.plot.inputs import Measured, read_ceilings, read_measured
+from attnroof.plot.inputs import Measured, measured_inputs
 from attnroof.plot.series import TRAJECTORY_DEFAULTS, Trajectory, trajectories
 from attnroof.roofline import Roof
 
@@ -38,6 +38,9 @@ class ChartInputs:
     measured: list[Measured]
     ceilings: list[Roof]
     title: str
+    notes: list[str] = field(default_factory=list)
+    """What the reader of the chart should know (printed by ``plot`` on stderr): measurements
+    repeated in the results file, points with no measured roof."""
 
     def draw(self) -> Figure:
         return draw_roofline(
@@ -69,10 +72,9 @@ def chart_inputs(
     if "itemsize" in operators:
         raise InputError("the operators' element size is the first dtype's; pass dtypes, not itemsize")
     trajs = trajectories(roofs[0], itemsize=dts[0].itemsize, **operators)
-    meas = read_measured(measured) if isinstance(measured, str | Path) else list(measured or ())
-    ceil = read_ceilings(ceilings) if isinstance(ceilings, str | Path) else list(ceilings or ())
+    side = measured_inputs(measured, ceilings, dev)
     wanted = {dt.name for dt in dts}
-    ceil = [r for r in ceil if r.dtype in wanted]
+    ceil = [r for r in side.ceilings if r.dtype in wanted]
     if title is None:
         opts = {**TRAJECTORY_DEFAULTS, **operators}
         names = ", ".join(dt.name for dt in dts)
@@ -81,7 +83,7 @@ def chart_inputs(
         what += [f"linear {opts['linear'][0]}×{opts['linear'][1]}"] if opts["linear"] else []
         extra = f"; operators in {dts[0].name}" if len(dts) > 1 else ""
         title = f"{dev.name} roofline ({names}): {', '.join(what) or 'roofs'}{extra}"
-    return ChartInputs(dev, roofs, trajs, meas, ceil, title)
+    return ChartInputs(dev, roofs, trajs, side.points, ceil, title, side.notes)
 
 
 def roofline_figure(

@@ -20,9 +20,8 @@ from attnroof.plot.inputs import (
     DECODE_KINDS,
     LINEAR_KINDS,
     Measured,
+    measured_inputs,
     model_point,
-    read_ceilings,
-    read_measured,
 )
 from attnroof.plot.markdown import to_html
 from attnroof.plot.series import DEFAULT_N, DEFAULT_S, trajectories
@@ -76,7 +75,14 @@ def _figure(svg: str, caption: str, gid: str) -> str:
     return f'<figure id="{gid}">\n{svg}\n<figcaption>{caption}</figcaption>\n</figure>'
 
 
-def _measured_table(measured: Sequence[Measured], device: Device) -> str:
+MAX_TABLE_ROWS = 200
+"""Most measured kernels listed in the report's table (the charts draw them all): a page of a
+results file of thousands of measurements stays a few MB."""
+
+
+def _measured_table(measured: Sequence[Measured], device: Device, ceilings: Sequence[Roof] = ()) -> str:
+    """The first :data:`MAX_TABLE_ROWS` measured kernels, each beside the model's bound on the
+    roof it ran under, and a line saying how many more there are."""
     head = [
         "kind",
         "implementation",
@@ -90,8 +96,8 @@ def _measured_table(measured: Sequence[Measured], device: Device) -> str:
     ]
     align = ["", "", "", "", "right", "right", "right", "right", "right"]
     rows = []
-    for m in measured:
-        mp = model_point(m, device)
+    for m in measured[:MAX_TABLE_ROWS]:
+        mp = model_point(m, device, ceilings)
         bound = render.rate(mp[1]) if mp else "—"
         share = render.pct(m.achieved_flops_per_s / mp[1]) if mp else "—"
         cells = [
@@ -117,7 +123,16 @@ def _measured_table(measured: Sequence[Measured], device: Device) -> str:
         f'<th class="{a}">{_e(h)}</th>' if a else f"<th>{_e(h)}</th>"
         for h, a in zip(head, align, strict=True)
     )
-    return f"<table>\n<thead><tr>{ths}</tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>"
+    more = len(measured) - MAX_TABLE_ROWS
+    tail = (
+        f"\n<p>… and {more:,} more measured kernels, drawn in the charts above but not listed "
+        f"(the table shows the first {MAX_TABLE_ROWS} of the file).</p>"
+        if more > 0
+        else ""
+    )
+    return (
+        f"<table>\n<thead><tr>{ths}</tr></thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>" + tail
+    )
 
 
 def report_html(
@@ -127,12 +142,14 @@ def report_html(
     measured: Sequence[Measured] | str | Path | None = None,
     ceilings: Sequence[Roof] | str | Path | None = None,
     sheet: str | None = None,
+    notes: list[str] | None = None,
     **shape: Any,
 ) -> str:
     """The report as one HTML document (a string) for ``device`` and the worked analysis's shape:
     ``shape`` takes :func:`attnroof.sheet.build_sheet`'s keywords (s, d, batch, heads, layers,
     group, softmax_flops_per_element; its defaults otherwise). ``sheet`` is the analysis in
-    Markdown; by default :func:`attnroof.text.sheet.render_sheet` writes it."""
+    Markdown; by default :func:`attnroof.text.sheet.render_sheet` writes it. ``notes``, when
+    given, gets what the reader should know about the measured inputs (``report`` prints it)."""
     from attnroof.sheet import build_sheet
     from attnroof.text.sheet import render_sheet
 
@@ -144,9 +161,11 @@ def report_html(
     roof = sh.roof
     if sheet is None:
         sheet = render_sheet(sh)
-    meas = read_measured(measured) if isinstance(measured, str | Path) else list(measured or ())
-    ceil = read_ceilings(ceilings) if isinstance(ceilings, str | Path) else list(ceilings or ())
-    ceil = [r for r in ceil if r.dtype == dty.name]
+    side = measured_inputs(measured, ceilings, dev)
+    if notes is not None:
+        notes += side.notes
+    meas = side.points
+    ceil = [r for r in side.ceilings if r.dtype == dty.name]
     kw: dict[str, Any] = dict(itemsize=dty.itemsize, softmax_flops_per_element=softmax_flops_per_element)
 
     s_values = sorted(set(DEFAULT_S) | {s})
@@ -235,7 +254,7 @@ def report_html(
         *charts,
     ]
     if meas:
-        parts += ['<h2 id="measured">Measured kernels</h2>', _measured_table(meas, dev)]
+        parts += ['<h2 id="measured">Measured kernels</h2>', _measured_table(meas, dev, ceil)]
     parts += ['<section id="sheet">', to_html(sheet, heading_offset=1), "</section>"]
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     title = f"attnroof report: {dev.name} {dty.name}"
