@@ -80,17 +80,14 @@ FILE_LIMITS: dict[str, int] = {
     "ceilings file": 16 * MiB,
     "model config": 16 * MiB,
     "calibration file": 64 * MiB,
-    "results file": 256 * MiB,
-    "measured results": 256 * MiB,
 }
 """The most bytes :func:`read_text` reads of each kind of file (keyed by its ``what``), so that
 ``/dev/zero`` or a wrong multi-gigabyte file is one line, not a machine out of memory. Each is
 some 100× the largest real file of its kind: the packaged catalog of ~60 devices is ~40 kB (a
 device file or a ceilings file holds one device, or a list of them, plus a few dozen probe
 records); a Hugging Face ``config.json`` is a few kB, the largest (vocabulary tables inline)
-under 1 MB; a calibration keeps ~200 bytes per held-out shape, ~100 kB for a full sweep; a
-results line is ~500 bytes, so 256 MiB is half a million measurements, far beyond any campaign
-(a sweep is thousands)."""
+under 1 MB; a calibration keeps ~200 bytes per held-out shape, ~100 kB for a full sweep. Results
+files are streamed, a line at a time, with their own limits (:mod:`attnroof.measure.reading`)."""
 DEFAULT_FILE_LIMIT = 16 * MiB
 """The limit of a kind of file :data:`FILE_LIMITS` does not list."""
 

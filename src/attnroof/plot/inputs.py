@@ -31,7 +31,7 @@ from typing import Any
 
 from attnroof.devices import Device, ceilings_device
 from attnroof.dtypes import dtype
-from attnroof.errors import InputError, MissingPeak, read_json, read_text
+from attnroof.errors import InputError, MissingPeak, read_json
 from attnroof.measure.reading import read_results
 from attnroof.measure.schema import rates, validate_record
 from attnroof.roofline import Roof
@@ -89,10 +89,6 @@ class Measured:
             .strip()
             .replace("  ", " ")
         )
-
-
-def _read_text(path: str | Path, what: str) -> str:
-    return read_text(path, what, InputError)
 
 
 def _number(value: Any, where: str, key: str) -> float:
