@@ -13,11 +13,10 @@ Targets: each command well under 30 s and a few hundred MB; the report page a fe
 Before issue 20 (the issue's figures, 1,000,000 lines): plot 96 s / 3 GB, report 160 s / 7.9 GB
 and a 694 MB page, calibrate > 300 s.
 
-After, measured on 2 cores shared with other test runs (load average 6), ``--lines 100000``
-(86 MB): plot 3.9 s / 80 MB, report 4.5 s / 116 MB and a 0.17 MB page, calibrate 6.2 s / 80 MB.
-Memory does not grow with the lines (one record per measurement is kept); time does, about
-30-40 µs a line here. At 1,000,000 lines under a load average of ~35: plot 120 s, report 133 s,
-both at the same 80 / 115 MB; a run on a quiet machine is still to be made.
+After, on this 2-core machine with nothing else running, 1,000,000 lines (861 MB): plot 14.9 s
+/ 80 MB, report 15.6 s / 115 MB and a 0.17 MB page, calibrate 16.4 s / 80 MB. Memory does not
+grow with the lines (one record per measurement is kept); time does, about 15 µs a line, most of
+it the strict JSON parse and the record's checks.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,30 +173,6 @@ def collect(
     return out
 
 
-_MAYBE_NOT_FINITE = re.compile(r"[eE]\+?\d{3}|\d{300}|NaN|Infinity")
-"""Text that could hold a number out of float range (or a JSON constant): read strictly."""
-
-
-def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        raise NotStrictJSON("a key appears twice in one object")
-    return out
-
-
-def _loads(line: str) -> Any:
-    """:func:`attnroof.errors.loads_strict`'s answer, 2-3× faster for the lines a results file
-    holds (a million lines: seconds saved): the C parser with a check for repeated keys, and the
-    strict parser itself for a line that might hold a non-finite number, and for any error (its
-    message is the one given)."""
-    if _MAYBE_NOT_FINITE.search(line):
-        return loads_strict(line)
-    try:
-        return json.loads(line, object_pairs_hook=_no_repeated_keys)
-    except (ValueError, RecursionError):
-        return loads_strict(line)  # raises, with the strict parser's words
-
-
 def _parse(raw: bytes, where: str, *, keyed: bool, cut_short: bool) -> dict[str, Any] | None:
     """One line's record, validated; ``None`` for the cut-short last line of an interrupted run."""
     try:
@@ -207,7 +182,7 @@ def _parse(raw: bytes, where: str, *, keyed: bool, cut_short: bool) -> dict[str,
             return None
         raise InputError(f"{where}: not UTF-8 text, so not a results record") from None
     try:
-        rec = _loads(line)
+        rec = loads_strict(line)
     except json.JSONDecodeError as e:
         if cut_short:
             return None  # the record an interrupted run was writing
