@@ -254,7 +254,7 @@ MODEL_RANKS = [
     {"training"},
     {"comms"},  # many devices: collectives
     {"spread"},  # prefill and decode across devices
-    {"train_spread", "plans"},  # training across devices; choosing a plan
+    {"train_spread", "plans", "search"},  # training across devices; choosing a plan, searching them all
     {"model"},  # the package's face (model/__init__.py)
 ]
 """The model package's modules from the bottom up: each imports only modules of lower ranks."""

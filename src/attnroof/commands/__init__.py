@@ -18,6 +18,7 @@ COMMAND_INDEX = (
     ("linear", "analysis", "a linear layer over n tokens, and the n where batching makes it compute-bound"),
     ("footprint", "sizes", "bytes of the materialised score matrices vs device memory"),
     ("model", "model", "a whole model's prefill, decode or training step, operator by operator"),
+    ("plan", "plan", "every parallel plan on up to N devices, and the fastest that fit (the Pareto front)"),
     ("devices", "devices", "the device catalog, or one device with every figure and its source"),
     (
         "measure",

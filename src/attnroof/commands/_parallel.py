@@ -41,6 +41,11 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--sweep-tp", type=int_list, metavar="LIST", help="tensor-parallel degrees to compare: 1,2,4,8"
     )
+    add_link_args(g)
+
+
+def add_link_args(g: Any) -> None:
+    """The link overrides: a plan and a plan search take the same."""
     g.add_argument(
         "--link-bandwidth",
         type=device_figure("--link-bandwidth", "B/s"),

@@ -54,10 +54,11 @@ min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the mo
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from attnroof.devices.links import Links
-from attnroof.model.analysis import place_op
+from attnroof.model.analysis import OpResult, place_op
 from attnroof.model.comms import (
     GRADIENT_SYNC,
     WEIGHT_GATHER,
@@ -222,7 +223,7 @@ def train_spread(
     for i, (first, stop) in enumerate(ranges):
         shard = Shard(plan.tp, plan.ep, first, stop, plan.sp)
         last = i == len(ranges) - 1
-        ops = train_ops(model, micro, context, p, fused=fused, recompute=recompute, shard=shard)
+        placed, passes = placed_stage(model, micro, context, p, fused, recompute, shard, roof)
         tokens = micro * context
         comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
         for pass_name in layer_passes(recompute):
@@ -237,14 +238,24 @@ def train_spread(
             model, micro, context, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
             zero=zero, in_flight=min(plan.microbatches, plan.pp - i),
         )  # fmt: skip
-        placed = tuple(place_op(o, roof) for _, o in ops)
-        passes = tuple(name for name, _ in ops)
         comms += micro_sync
         out.append(
             StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync))
         )
     notes = train_notes(model, batch, context, p, fused, recompute)
     return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer, notes)
+
+
+@functools.lru_cache(maxsize=4096)
+def placed_stage(
+    model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
+    shard: Shard, roof: Roof,
+) -> tuple[tuple[OpResult, ...], tuple[str, ...]]:  # fmt: skip
+    """A stage's training operators on the roof, and the pass of each: the same for every plan
+    that runs this shard at this micro-batch, which a plan search asks for once per ZeRO stage,
+    data-parallel degree and micro-batch count (:mod:`attnroof.model.search`)."""
+    ops = train_ops(model, micro, context, prec, fused=fused, recompute=recompute, shard=shard)
+    return tuple(place_op(o, roof) for _, o in ops), tuple(name for name, _ in ops)
 
 
 def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:

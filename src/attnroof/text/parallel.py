@@ -24,7 +24,7 @@ def plan_line(s: Spread) -> str:
     extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
     if p.zero:
         extra.insert(0, f"ZeRO {p.zero}")
-    micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.pp > 1 else ""
+    micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.microbatches > 1 else ""
     return f"{' × '.join(parts)} = {render.plural(p.devices, 'device')}{micro}" + (
         f"; {', '.join(extra)}" if extra else ""
     )

@@ -1,0 +1,146 @@
+"""plan: every parallel plan of a model on up to N devices, costed, and the Pareto front of those
+that fit (:mod:`attnroof.model.search`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from attnroof.commands._common import (
+    Command,
+    add_device_args,
+    add_json_arg,
+    emit_json,
+    positive_int,
+    require,
+    roof_from_args,
+)
+from attnroof.commands._parallel import add_link_args, links_of
+from attnroof.model import get_model
+from attnroof.model.train_options import TRAIN
+
+DEFAULT_TOP = 10
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", required=True, metavar="NAME|config.json|org/name", help="built-in model or a config.json"
+    )
+    p.add_argument("--devices", type=positive_int, required=True, metavar="N", help="devices at most")
+    p.add_argument(
+        "--phase",
+        choices=("prefill", "decode", "train"),
+        default="train",
+        help="step to plan (default train)",
+    )
+    p.add_argument(
+        "--context",
+        type=positive_int,
+        required=True,
+        metavar="C",
+        help="tokens in each sequence (8192 or 8k)",
+    )
+    p.add_argument("--batch", type=positive_int, metavar="B", help="sequences in the (global) batch")
+    p.add_argument(
+        "--global-batch",
+        type=positive_int,
+        metavar="TOKENS",
+        help="training: tokens a step (4M = 4·2^20), a whole number of --context sequences",
+    )
+    p.add_argument(
+        "--top",
+        type=positive_int,
+        default=DEFAULT_TOP,
+        metavar="K",
+        help=f"plans shown (default {DEFAULT_TOP})",
+    )
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="COND",
+        help="keep plans where COND holds, e.g. tp<=8, pp=1, zero>=1, recompute!=full (repeatable)",
+    )
+    p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
+    add_link_args(p.add_argument_group("links"))
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def batch_of(args: argparse.Namespace) -> int:
+    """Sequences a step: ``--batch``, or ``--global-batch`` tokens over ``--context``."""
+    require(
+        args.batch is None or args.global_batch is None, "give --batch (sequences) or --global-batch (tokens)"
+    )
+    if args.global_batch is None:
+        return args.batch or 1
+    require(
+        args.global_batch % args.context == 0,
+        f"--global-batch {args.global_batch:,} tokens is not a whole number of --context {args.context:,} "
+        "sequences",
+    )
+    return args.global_batch // args.context
+
+
+def _run(args: argparse.Namespace) -> int:
+    from attnroof.model.layers import Precision
+    from attnroof.model.search import Option, parse_where, search
+    from attnroof.model.spread import Spread, spread
+    from attnroof.model.train_spread import step_totals, train_spread
+    from attnroof.model.training_memory import TrainPrecision
+
+    batch = batch_of(args)
+    where = [parse_where(w) for w in args.where]
+    model = get_model(args.model)
+    dev, dt, roof = roof_from_args(args)
+    links = links_of(args, dev)
+    fused = not args.unfused
+    train = args.phase == TRAIN
+
+    def cost(o: Option) -> Spread:
+        if train:
+            prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
+            return train_spread(
+                model, batch, args.context, roof, links, o.plan, prec, fused=fused, recompute=o.recompute
+            )
+        prec_ = Precision(dt.itemsize, dt.itemsize, dt.itemsize)
+        return spread(model, args.phase, batch, args.context, roof, links, o.plan, prec_, fused=fused)
+
+    def totals(s: Spread) -> dict[str, Any]:
+        return step_totals(s, model, args.context, roof.peak_flops_per_s)
+
+    found = search(model, args.phase, batch, args.devices, cost, totals, dev.capacity_bytes, where)
+    if args.json:
+        emit_json(
+            {
+                "model": model.name,
+                "device": dev.name,
+                "dtype": dt.name,
+                "phase": args.phase,
+                "context": args.context,
+                "batch": batch,
+                "devices": args.devices,
+                "costed": found.costed,
+                "fit": len(found.rows),
+                "rejected": dict(found.rejected),
+                "front": [r.to_json() for r in found.front],
+                "plans": [r.to_json() for r in found.rows],
+            }
+        )
+        return 0
+    from attnroof.text.model import Setting, header
+    from attnroof.text.parallel import links_line
+    from attnroof.text.search import search_text
+
+    setting = Setting(model, dev, roof, "prefill" if train else args.phase, args.context, fused, dt, dt, dt)
+    what = (
+        f"training step of {batch:,} × {args.context:,} tokens ({batch * args.context:,} a step)"
+        if train
+        else header(setting, batch)[2]
+    )
+    head = [*header(setting, None)[:2], f"{what}; on up to {args.devices:,} devices", links_line(links)]
+    print(search_text(head, found, args.top, train, args.phase == "decode"))
+    return 0
+
+
+COMMANDS = (Command("plan", _setup, _run),)

@@ -1,0 +1,277 @@
+"""Every plan on up to N devices, costed, and the ones worth running: the inverse of
+:func:`attnroof.model.spread.spread` (one plan a user spells out).
+
+For a device count n dividing N, the search takes every split n = TP × PP × DP in which
+
+    TP   divides the attention heads, and divides or is divided by the KV heads (latent: any);
+         sequence parallelism on whenever TP > 1 (what Megatron-LM runs; it never costs more here)
+    PP   is at most the layers
+    DP   divides the batch (training: ``--global-batch`` tokens / context sequences)
+    EP   (mixture of experts) divides both DP and the experts
+    M    micro-batches per replica: every divisor of the replica's batch (prefill and training)
+    ZeRO 0, 1, 2, 3 when DP > 1 (training)
+    recomputation none, selective, full (training)
+
+and costs each with the whole model's arithmetic on one device of each stage, the collectives
+on the link roof (:mod:`attnroof.model.spread`, :mod:`attnroof.model.train_spread`). A plan is
+rejected, with its reason counted, when a degree does not divide what it cuts or the busiest
+device's memory exceeds its capacity. What is left is ranked by its **bound** — the least time
+the plan can take (every collective hidden behind kernels, the schedule's fill and drain); its
+estimate with the collectives hidden only behind their own pass (``--overlap``) is kept beside —
+and reduced to its **Pareto front** over step time, memory per device and devices used: a plan
+stays unless another is no slower, needs no more memory and no more devices, and is better in
+one of the three.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from attnroof.errors import InputError
+from attnroof.model.parallel import Plan
+from attnroof.model.spec import ModelConfig
+from attnroof.model.spread import Spread
+from attnroof.model.train_options import TRAIN
+from attnroof.model.training_memory import FULL, NONE, SELECTIVE
+
+RECOMPUTES = (NONE, SELECTIVE, FULL)
+ZERO_STAGES = (0, 1, 2, 3)
+MAX_PLANS = 200_000
+"""The most plans one search costs; more is refused in one line (narrow it with ``--where``)."""
+
+NOT_HEADS = "TP does not divide the heads (or the KV heads)"
+NOT_LAYERS = "PP exceeds the layers"
+NOT_BATCH = "DP does not divide the batch"
+NOT_SEQUENCE = "the micro-batch's tokens do not split over TP (sequence parallelism)"
+NOT_FIT = "does not fit in memory"
+FILTERED = "left out by --where"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One candidate: a plan and, for training, its recomputation."""
+
+    plan: Plan
+    recompute: str = NONE
+
+    def fields(self) -> dict[str, Any]:
+        """The values ``--where`` compares (the plan's degrees, ZeRO, micro-batches, recompute)."""
+        p = self.plan
+        return {
+            "tp": p.tp,
+            "pp": p.pp,
+            "dp": p.dp,
+            "ep": p.ep,
+            "devices": p.devices,
+            "microbatches": p.microbatches,
+            "zero": p.zero,
+            "recompute": self.recompute,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A costed plan: its bound and estimate, memory per device, and what limits it."""
+
+    option: Option
+    spread: Spread
+    time_s: float
+    estimate_time_s: float
+    memory_bytes: float
+    fits: bool | None
+    limiter: str
+    totals: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "parallel": self.option.plan.to_json(),
+            "recompute": self.option.recompute,
+            "time_s": self.time_s,
+            "estimate_time_s": self.estimate_time_s,
+            "memory_per_device_bytes": self.memory_bytes,
+            "fits": self.fits,
+            "limiter": self.limiter,
+            "tokens_per_s": self.totals.get("tokens_per_s"),
+            "mfu": self.totals.get("mfu"),
+            "bubble_share": self.totals["bubble_share"],
+        }
+
+
+@dataclass
+class Search:
+    """What a search tried: every costed plan that fits, the Pareto front of them (best first),
+    and the count of plans rejected for each reason."""
+
+    rows: list[Row] = field(default_factory=list)
+    front: list[Row] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+    costed: int = 0
+
+
+def divisors(n: int) -> list[int]:
+    """>>> divisors(12)
+    [1, 2, 3, 4, 6, 12]"""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def options(
+    model: ModelConfig, phase: str, batch: int, devices: int, rejected: Counter[str]
+) -> Iterator[Option]:
+    """Every candidate on n devices, n dividing ``devices`` (the module's table), counting the
+    splits that cannot be run in ``rejected``."""
+    train = phase == TRAIN
+    for n in divisors(devices):
+        for tp in divisors(n):
+            if model.heads % tp or (model.latent is None and model.kv_heads % tp and tp % model.kv_heads):
+                rejected[NOT_HEADS] += 1
+                continue
+            for pp in divisors(n // tp):
+                dp = n // (tp * pp)
+                if pp > model.layers:
+                    rejected[NOT_LAYERS] += 1
+                    continue
+                if batch % dp:
+                    rejected[NOT_BATCH] += 1
+                    continue
+                experts = model.experts.experts if model.experts is not None else 1
+                for ep in (e for e in divisors(dp) if experts % e == 0 and (e == 1 or experts > 1)):
+                    for m in divisors(batch // dp) if phase != "decode" or pp > 1 else [1]:
+                        for zero in ZERO_STAGES if train and dp > 1 else (0,):
+                            plan = Plan(
+                                tp=tp, pp=pp, ep=ep, dp=dp, sp=tp > 1 and phase != "decode",
+                                microbatches=m, overlap=True, zero=zero,
+                            )  # fmt: skip
+                            for r in RECOMPUTES if train else (NONE,):
+                                yield Option(plan, r)
+
+
+Where = Callable[[Option], bool]
+
+_CONDITION = re.compile(r"^\s*([a-z_]+)\s*(<=|>=|==|!=|<|>|=)\s*([A-Za-z0-9_]+)\s*$")
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+}
+
+
+def parse_where(text: str) -> Where:
+    """``tp<=8``, ``pp=1``, ``recompute!=full``: one condition on a plan's field (see
+    :meth:`Option.fields`); :class:`InputError` naming the text otherwise.
+
+    >>> parse_where("tp<=8")(Option(Plan(tp=8)))
+    True
+    """
+    match = _CONDITION.match(text)
+    known = sorted(Option(Plan()).fields())
+    if match is None:
+        raise InputError(
+            f"--where {text!r}: expected FIELD OP VALUE, e.g. tp<=8 (fields: {', '.join(known)})"
+        )
+    name, op, raw = match.groups()
+    if name not in known:
+        raise InputError(f"--where {text!r}: no field {name!r} (fields: {', '.join(known)})")
+    value: Any = raw
+    if name != "recompute":
+        if not raw.isdigit():
+            raise InputError(f"--where {text!r}: {name} is compared with a whole number")
+        value = int(raw)
+    elif raw not in RECOMPUTES or op not in ("=", "==", "!="):
+        raise InputError(f"--where {text!r}: recompute is = or != one of {', '.join(RECOMPUTES)}")
+    compare = _OPS[op]
+    return lambda o: bool(compare(o.fields()[name], value))
+
+
+def limiter(s: Spread, totals: dict[str, Any]) -> str:
+    """What the plan's bound spends most of its time on: the kernels' arithmetic, their memory
+    traffic, a link (named), or the pipeline's bubble."""
+    time = totals["time_s"]
+    m = s.plan.microbatches
+    slow = s.slowest
+    memory = m * sum(o.count * o.memory_time_s for o in slow.ops)
+    shares = {
+        "compute": m * slow.compute_time_s - memory,
+        "memory": memory,
+        "bubble": totals["bubble_share"] * time,
+    }
+    for st in s.stages:
+        for link, busy in st.link_times().items():
+            total = m * busy + st.sync_link_times().get(link, 0.0)
+            shares[f"{link} link"] = max(shares.get(f"{link} link", 0.0), total)
+    return max(shares, key=lambda k: shares[k])
+
+
+def pareto(rows: Sequence[Row]) -> list[Row]:
+    """The rows no other row beats on step time, memory per device and devices used at once,
+    fastest first.
+
+    >>> from types import SimpleNamespace as N
+    >>> r = lambda t, mem, d: N(time_s=t, memory_bytes=mem, option=N(plan=N(devices=d)))
+    >>> [(x.time_s, x.memory_bytes) for x in pareto([r(1, 9, 8), r(2, 5, 8), r(2, 9, 8), r(3, 5, 4)])]
+    [(1, 9), (2, 5), (3, 5)]
+    """
+
+    def key(r: Any) -> tuple[float, float, int]:
+        return (r.time_s, r.memory_bytes, r.option.plan.devices)
+
+    front: list[Any] = []
+    for r in sorted(rows, key=key):
+        k = key(r)
+        if not any(all(a <= b for a, b in zip(key(f), k, strict=True)) for f in front):
+            front.append(r)
+    return front
+
+
+def search(
+    model: ModelConfig,
+    phase: str,
+    batch: int,
+    devices: int,
+    cost: Callable[[Option], Spread],
+    totals: Callable[[Spread], dict[str, Any]],
+    capacity_bytes: float | None,
+    where: Sequence[Where] = (),
+) -> Search:
+    """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
+    so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
+    ``capacity_bytes``, and their Pareto front."""
+    out = Search()
+    chosen = []
+    for o in options(model, phase, batch, devices, out.rejected):
+        if all(w(o) for w in where):
+            chosen.append(o)
+        else:
+            out.rejected[FILTERED] += 1
+    if len(chosen) > MAX_PLANS:
+        raise InputError(
+            f"{len(chosen):,} plans to cost, more than {MAX_PLANS:,}: narrow them with --where (e.g. tp<=8)",
+            param="--where",
+        )
+    for o in chosen:
+        try:
+            s = cost(o)
+        except InputError as e:
+            if "--sp" in str(e):
+                out.rejected[NOT_SEQUENCE] += 1
+                continue
+            raise
+        out.costed += 1
+        mem = s.busiest_memory.total_bytes
+        fits = None if capacity_bytes is None else mem <= capacity_bytes
+        if fits is False:
+            out.rejected[NOT_FIT] += 1
+            continue
+        t = totals(s)
+        row = Row(o, s, t["time_s"], t["estimate_time_s"], mem, fits, limiter(s, t), t)
+        out.rows.append(row)
+    out.front = pareto(out.rows)
+    return out
