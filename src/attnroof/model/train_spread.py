@@ -246,14 +246,27 @@ def train_spread(
     return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer, notes)
 
 
-@functools.lru_cache(maxsize=4096)
 def placed_stage(
     model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
     shard: Shard, roof: Roof,
 ) -> tuple[tuple[OpResult, ...], tuple[str, ...]]:  # fmt: skip
     """A stage's training operators on the roof, and the pass of each: the same for every plan
-    that runs this shard at this micro-batch, which a plan search asks for once per ZeRO stage,
-    data-parallel degree and micro-batch count (:mod:`attnroof.model.search`)."""
+    that runs this shard at this micro-batch — and, when every layer is of one kind, for every
+    stage of as many layers that holds the same end of the model (the embedding, the head or
+    neither) — which a plan search asks for once per ZeRO stage, data-parallel degree and
+    micro-batch count (:mod:`attnroof.model.search`)."""
+    n, last = shard.stop - shard.first, model.layers
+    if len(model.layer_kinds()) == 1:  # any n middle layers cost alike: one stands for all
+        first = 0 if shard.first == 0 else last - n if shard.stop == last else 1
+        shard = Shard(shard.tp, shard.ep, first, first + n, shard.sp)
+    return _placed_stage(model, micro, context, prec, fused, recompute, shard, roof)
+
+
+@functools.lru_cache(maxsize=65536)
+def _placed_stage(
+    model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
+    shard: Shard, roof: Roof,
+) -> tuple[tuple[OpResult, ...], tuple[str, ...]]:  # fmt: skip
     ops = train_ops(model, micro, context, prec, fused=fused, recompute=recompute, shard=shard)
     return tuple(place_op(o, roof) for _, o in ops), tuple(name for name, _ in ops)
 
