@@ -389,18 +389,21 @@ def test_llama3_405b_on_16k_h100s_mfu_ceiling_is_above_metas_measured_41_percent
 
 
 def test_training_fit_tries_data_parallelism_with_zero():
-    """``--fit`` for a training step tries each split of the device count into TP × PP × DP, DP
-    with ZeRO 1, 2 and 3; it used to try TP × PP only. Llama 3.1 70B at 8 × 4096 on H100s: 32
-    devices are the fewest, and the plan it picks — data-parallel with ZeRO — is faster than the
-    fastest TP × PP plan on 32 devices."""
+    """``--fit`` for a training step is the plan search on 1, 2, 4, … devices: each split of the
+    count into TP × PP × DP, DP with ZeRO 1, 2 and 3 (it used to try TP × PP only). Llama 3.1 70B
+    at 8 × 4096 on H100s: 32 devices are the fewest, and the plan it picks — data-parallel with
+    ZeRO — is faster than every plan on 32 without data parallelism."""
     argv = ["model", "--model", "llama-3.1-70b", "--device", "h100", "--phase", "train", "--batch", "8",
             "--context", "4096", "--fit", "--json"]  # fmt: skip
     out = run_cli(*argv).json()
-    tried = out["fit"]["tried"]
-    assert out["fit"]["devices"] == 32
-    on_32 = [t for t in tried if t["parallel"]["devices"] == 32 and t["fits"]]
-    assert {t["parallel"]["zero"] for t in on_32} == {0, 1, 2, 3}
+    fit = out["fit"]
+    n = fit["devices"]
+    assert n == 32
+    assert [s["fit"] for s in fit["searched"]][:-1] == [0] * (len(fit["searched"]) - 1)
+    plans = fit["plans"]
+    assert {p["parallel"]["devices"] for p in plans} == {n} and all(p["fits"] for p in plans)
+    assert {p["parallel"]["zero"] for p in plans if p["parallel"]["dp"] > 1} >= {1, 2, 3}
     best = out["parallel"]
     assert best["dp"] > 1 and best["zero"] > 0
-    no_dp = min(t["estimate_time_s"] for t in on_32 if t["parallel"]["dp"] == 1)
-    assert out["totals"]["estimate_time_s"] < no_dp
+    assert out["totals"]["time_s"] == min(p["time_s"] for p in plans)
+    assert out["totals"]["time_s"] < min(p["time_s"] for p in plans if p["parallel"]["dp"] == 1)

@@ -24,7 +24,7 @@ def _checkpoint_note(result: Any, _: Path) -> None:
 
 def _fit_only_tries(tps: set[int]) -> Any:
     def check(result: Any, _: Path) -> None:
-        tried = json.loads(result.stdout)["fit"]["tried"]
+        tried = json.loads(result.stdout)["fit"]["plans"]
         assert tried and {t["parallel"]["tp"] for t in tried} <= tps
 
     return check

@@ -217,19 +217,40 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
 
 def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
-    from attnroof.model.plans import fit
+    """The plan search on 1, 2, 4, … devices until one fits, holding what the flags fix (the
+    recomputation, ``--zero``, ``--sp``, ``--overlap``; ``--sweep-tp``: the TP degrees tried)."""
+    from attnroof.model.search import Choices, Option, fit
+    from attnroof.model.spread import spread
+    from attnroof.model.train_spread import train_spread
 
     a = job.args
-    found = fit(
-        job.model, a.batch, plan, run, links, train=a.phase == TRAIN, tps=a.sweep_tp,
-        zero=a.zero,
-    )  # fmt: skip
+    train = a.phase == TRAIN
+    choices = Choices(
+        tps=None if a.sweep_tp is None else tuple(a.sweep_tp),
+        zeros=None if a.zero is None else (a.zero,),
+        recomputes=(recompute_of(a),),
+        sp=a.sp,
+        overlap=a.overlap,
+    )
+
+    def cost(o: Option) -> Spread:  # memory without its capacity: no largest batch searched per plan
+        if train:
+            return train_spread(
+                job.model, a.batch, a.context, job.roof, links, o.plan, _train_prec(job), fused=job.fused,
+                recompute=o.recompute,
+            )  # fmt: skip
+        return spread(job.model, a.phase, a.batch, a.context, job.roof, links, o.plan, job.prec,
+                      fused=job.fused, **job.options)  # fmt: skip
+
+    found = fit(job.model, a.phase, a.batch, cost, lambda s: totals_of(job, s), job.device.capacity_bytes,
+                choices)  # fmt: skip
+    best = run(found.best.option.plan)  # again with the capacity: its largest batch and context
     if job.args.json:
-        emit_json({**head_of(job), "fit": found.to_json(), **spread_json(job, found.best, links)})
+        emit_json({**head_of(job), "fit": found.to_json(), **spread_json(job, best, links)})
         return 0
     from attnroof.text.parallel import fit_text
 
-    print(fit_text(job.setting, found.best, list(found.tried), links, text_setting(job)))
+    print(fit_text(job.setting, found, best, links, text_setting(job)))
     return 0
 
 

@@ -111,6 +111,8 @@ class Search:
     front: list[Row] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
     costed: int = 0
+    least_misfit_bytes: float | None = None
+    """The least memory per device of the plans that did not fit."""
 
 
 def divisors(n: int) -> list[int]:
@@ -119,14 +121,38 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+@dataclass(frozen=True, slots=True)
+class Choices:
+    """What a search varies beyond the degrees, and what it holds as the user gave it: the TP
+    degrees (None: every divisor), ZeRO stages and recomputations (None: all of them, training),
+    sequence parallelism (None: whenever TP > 1, except decode) and overlap (the estimate's)."""
+
+    tps: tuple[int, ...] | None = None
+    zeros: tuple[int, ...] | None = None
+    recomputes: tuple[str, ...] | None = None
+    sp: bool | None = None
+    overlap: bool = True
+
+
 def options(
-    model: ModelConfig, phase: str, batch: int, devices: int, rejected: Counter[str]
+    model: ModelConfig,
+    phase: str,
+    batch: int,
+    devices: int,
+    rejected: Counter[str],
+    choices: Choices = Choices(),
+    *,
+    exact: bool = False,
 ) -> Iterator[Option]:
-    """Every candidate on n devices, n dividing ``devices`` (the module's table), counting the
-    splits that cannot be run in ``rejected``."""
+    """Every candidate on n devices, n dividing ``devices`` (only ``devices`` itself when
+    ``exact``), as the module's table says, within ``choices``; the splits that cannot be run
+    are counted in ``rejected``."""
     train = phase == TRAIN
-    for n in divisors(devices):
+    c = choices
+    for n in [devices] if exact else divisors(devices):
         for tp in divisors(n):
+            if c.tps is not None and tp not in c.tps:
+                continue
             if model.heads % tp or (model.latent is None and model.kv_heads % tp and tp % model.kv_heads):
                 rejected[NOT_HEADS] += 1
                 continue
@@ -139,14 +165,16 @@ def options(
                     rejected[NOT_BATCH] += 1
                     continue
                 experts = model.experts.experts if model.experts is not None else 1
+                sp = tp > 1 and (phase != "decode" if c.sp is None else c.sp)
                 for ep in (e for e in divisors(dp) if experts % e == 0 and (e == 1 or experts > 1)):
                     for m in divisors(batch // dp) if phase != "decode" or pp > 1 else [1]:
-                        for zero in ZERO_STAGES if train and dp > 1 else (0,):
+                        zeros = (c.zeros or ZERO_STAGES) if train and dp > 1 else (0,)
+                        for zero in zeros:
                             plan = Plan(
-                                tp=tp, pp=pp, ep=ep, dp=dp, sp=tp > 1 and phase != "decode",
-                                microbatches=m, overlap=True, zero=zero,
+                                tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=m, overlap=c.overlap,
+                                zero=zero,
                             )  # fmt: skip
-                            for r in RECOMPUTES if train else (NONE,):
+                            for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
                                 yield Option(plan, r)
 
 
@@ -240,13 +268,16 @@ def search(
     totals: Callable[[Spread], dict[str, Any]],
     capacity_bytes: float | None,
     where: Sequence[Where] = (),
+    choices: Choices = Choices(),
+    *,
+    exact: bool = False,
 ) -> Search:
     """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
     so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
     ``capacity_bytes``, and their Pareto front."""
     out = Search()
     chosen = []
-    for o in options(model, phase, batch, devices, out.rejected):
+    for o in options(model, phase, batch, devices, out.rejected, choices, exact=exact):
         if all(w(o) for w in where):
             chosen.append(o)
         else:
@@ -269,9 +300,60 @@ def search(
         fits = None if capacity_bytes is None else mem <= capacity_bytes
         if fits is False:
             out.rejected[NOT_FIT] += 1
+            out.least_misfit_bytes = min(out.least_misfit_bytes or mem, mem)
             continue
         t = totals(s)
-        row = Row(o, s, t["time_s"], t["estimate_time_s"], mem, fits, limiter(s, t), t)
-        out.rows.append(row)
+        out.rows.append(Row(o, s, t["time_s"], t["estimate_time_s"], mem, fits, limiter(s, t), t))
     out.front = pareto(out.rows)
     return out
+
+
+MAX_FIT_DEVICES = 4096
+"""``model --fit`` searches device counts (powers of two) up to this many."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The fewest devices (a power of two) on which a plan fits, the fastest plan there by its
+    bound, and the search at each count tried."""
+
+    devices: int
+    best: Row
+    searches: dict[int, Search]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "devices": self.devices,
+            "searched": [
+                {"devices": n, "costed": f.costed, "fit": len(f.rows), "rejected": dict(f.rejected)}
+                for n, f in self.searches.items()
+            ],
+            "plans": [r.to_json() for r in self.searches[self.devices].rows],
+        }
+
+
+def fit(
+    model: ModelConfig,
+    phase: str,
+    batch: int,
+    cost: Callable[[Option], Spread],
+    totals: Callable[[Spread], dict[str, Any]],
+    capacity_bytes: float | None,
+    choices: Choices = Choices(),
+    max_devices: int = MAX_FIT_DEVICES,
+) -> Fit:
+    """The search (:func:`search`) on exactly 1, 2, 4, … devices until a plan fits; the fastest
+    of those plans answers. :class:`InputError` when none up to ``max_devices`` does."""
+    searches: dict[int, Search] = {}
+    n = 1
+    while n <= max_devices:
+        found = searches[n] = search(
+            model, phase, batch, n, cost, totals, capacity_bytes, choices=choices, exact=True
+        )
+        if found.front:
+            return Fit(n, found.front[0], searches)
+        n *= 2
+    within = "" if choices.tps is None else f" at TP {', '.join(map(str, choices.tps))}"
+    raise InputError(
+        f"{model.name} does not fit on {max_devices} devices{within} at --batch {batch}", param="--batch"
+    )

@@ -9,6 +9,7 @@ from typing import Any
 
 from attnroof.devices.links import Links
 from attnroof.model.comms import CommOp
+from attnroof.model.search import Fit
 from attnroof.model.spread import Spread
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
@@ -212,38 +213,33 @@ def sweep_text(
     return "\n".join(lines)
 
 
-def fit_text(
-    setting: Setting, best: Spread, tried: Sequence[Spread], links: Links, head: list[str] | None = None
-) -> str:
-    """The fit: each plan tried on the answer's device count, one line for each smaller count."""
-    n = best.plan.devices
-    fewer: dict[int, list[Spread]] = {}
-    for s in tried:
-        if s.plan.devices < n:
-            fewer.setdefault(s.plan.devices, []).append(s)
+def fit_text(setting: Setting, found: Fit, best: Spread, links: Links, head: list[str] | None = None) -> str:
+    """The fit: a line for each smaller device count searched, the plans that fit on the
+    answer's count (fastest first, by the bound), and the chosen plan in full."""
+    n = found.devices
     lines = [
-        f"{render.plural(d, 'device')}: {render.plural(len(runs), 'plan')}, none fits (the least memory "
-        f"per device {render.nbytes(min(r.busiest_memory.total_bytes for r in runs))})"
-        for d, runs in fewer.items()
+        f"{render.plural(d, 'device')}: {render.plural(f.costed, 'plan')}, none fits"
+        + (
+            ""
+            if f.least_misfit_bytes is None
+            else f" (the least memory per device {render.nbytes(f.least_misfit_bytes)})"
+        )
+        for d, f in found.searches.items()
+        if d < n
     ]
+    here = found.searches[n]
     rows = [
-        [
-            plan_line(s),
-            {True: "yes", False: "no", None: "?"}[s.fits],
-            render.nbytes(s.busiest_memory.total_bytes),
-            duration(s.time_s),
-        ]
-        for s in tried
-        if s.plan.devices == n
+        [plan_line(r.spread), render.nbytes(r.memory_bytes), duration(r.time_s), duration(r.estimate_time_s)]
+        for r in sorted(here.rows, key=lambda r: (r.time_s, r.memory_bytes))
     ]
     return "\n".join(
         [
-            f"fewest devices that hold it: {n} ({plan_line(best)}); the fastest of the plans that fit "
-            f"on {n}, by the estimate ({estimate_schedule(best)})",
+            f"fewest devices that hold it: {n} ({plan_line(best)}); the fastest of the "
+            f"{render.plural(len(here.rows), 'plan')} that fit on {n}, by the bound (then memory)",
             "",
             *lines,
-            "",
-            table(["plan", "fits", "memory/device", "estimate"], rows, "lllr"),
+            *([""] if lines else []),
+            table(["plan", "memory/device", "step ≥", "estimate"], rows, "lrrr"),
             "",
             spread_text(setting, best, links, head),
         ]
