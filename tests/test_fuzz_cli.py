@@ -52,6 +52,7 @@ COMMANDS = [
     "linear",
     "footprint",
     "model",
+    "plan",
     "devices",
     "measure ceilings",
     "measure attention",
@@ -308,6 +309,21 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
             draw(st.sampled_from(["h100", "h200", "mi300x", "b200"])),
             *_json(draw),
         ]
+    if command == "plan":  # small searches: a few devices, a short context, now and then a filter
+        out = [
+            "plan",
+            "--model",
+            draw(st.sampled_from(MODELS)),
+            "--devices",
+            draw(st.sampled_from(["1", "2", "4"])),
+        ]
+        phase = draw(st.sampled_from(["prefill", "decode", "train"]))
+        out += ["--phase", phase, "--context", draw(st.sampled_from(["512", "2k", "8k"]))]
+        out += ["--batch", draw(st.sampled_from(["1", "2", "8"]))]
+        if draw(st.booleans()):
+            out += ["--where", draw(st.sampled_from(["tp<=2", "pp=1", "zero>=1", "recompute!=full", "dp>1"]))]
+        return [*out, "--top", draw(st.sampled_from(["1", "3"])),
+                "--device", draw(st.sampled_from(["h100", "h200", "b200"])), *_json(draw)]  # fmt: skip
     if command == "devices":
         name = (
             [draw(st.sampled_from(ALIASES[draw(st.sampled_from(sorted(DEVICES)))]))]
