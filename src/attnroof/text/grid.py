@@ -44,7 +44,7 @@ def grid_text(s: Setting, g: Grid) -> str:
         rows = [
             [f"{b:,}", *(_cell(g, i, j, decode) for j in range(len(contexts)))] for i, b in enumerate(batches)
         ]
-        lines += [table(["batch", *(f"{c:,}" for c in contexts)], rows), ""]
+        lines += [table(["batch", *(f"{c:,}" for c in contexts)], rows, "r" * (len(contexts) + 1)), ""]
     else:
         lines += [f"{len(batches) * len(contexts):,} cells: --json gives each ({what}); per context:", ""]
     lines.append(_summary_table(g, contexts, decode))
