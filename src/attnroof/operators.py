@@ -433,12 +433,13 @@ register(
 def _bind_activation(i: OpInstance, st: Step) -> Call:
     """The MLP's activation; for experts, on every routed token (``routed`` = top_k per token)."""
     kw = dict(gated=i.shape["gated"], itemsize=st.prec.itemsize, function=i.shape.get("function", "silu"))
-    return Call((st.tokens() * i.shape.get("routed", 1), i.shape["width"]), kw)
+    return Call((st.tokens() * i.shape.get("routed", 1) * i.shape.get("imbalance", 1), i.shape["width"]), kw)
 
 
 def _saved_activation(i: OpInstance, s: Saving) -> Num:
-    """Gated: gate and up; else its input (experts: on every routed token)."""
-    routed = s.tokens * i.shape.get("routed", 1)
+    """Gated: gate and up; else its input (experts: on every routed token, × the imbalance on
+    the busiest device)."""
+    routed = s.tokens * i.shape.get("routed", 1) * i.shape.get("imbalance", 1)
     return routed * i.shape["width"] * (2 if i.shape["gated"] else 1) * s.itemsize
 
 
@@ -500,8 +501,9 @@ register("softmax", softmax, kind=MEMORY_PASS, backward=bwd.softmax_backward)
 
 
 def _bind_experts(i: OpInstance, st: Step) -> Call:
-    """Under expert parallelism (``ep`` in the shape) the tokens are the EP group's — ``ep``
-    replicas pool theirs — and the formula keeps one device's 1/ep."""
+    """Under expert parallelism (``ep`` in the shape) the tokens are the EP group's — ``pool``
+    replicas' worth (etp · ep / tp; ep when the experts are cut like the attention) — and the
+    formula keeps one device's 1/ep, its routed rows ``imbalance`` × the mean on the busiest."""
     p = st.prec
     ep = i.shape.get("ep", 1)
     kw = dict(
@@ -512,14 +514,17 @@ def _bind_experts(i: OpInstance, st: Step) -> Call:
         weight_itemsize=p.weight_itemsize,
         bias=i.shape["bias"],
         ep=ep,
+        imbalance=i.shape.get("imbalance", 1),
         name=_kernel(i),
     )
-    return Call((st.tokens() * ep, i.shape["k"], i.shape["m"]), kw)
+    return Call((st.tokens() * i.shape.get("pool", ep), i.shape["k"], i.shape["m"]), kw)
 
 
 def _saved_experts(i: OpInstance, s: Saving) -> Num:
-    """Each routed token's input row, for dW."""
-    return s.tokens * i.shape["top_k"] * i.shape["k"] * s.itemsize
+    """Each routed token's input row, for dW: the device's pool/ep of the replica's routed rows
+    (all of them when etp = tp), × the imbalance on the busiest device."""
+    share = i.shape.get("pool", 1) / i.shape.get("ep", 1) * i.shape.get("imbalance", 1)
+    return s.tokens * i.shape["top_k"] * i.shape["k"] * s.itemsize * share
 
 
 register(

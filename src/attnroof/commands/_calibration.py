@@ -114,7 +114,6 @@ def spread_step(
     from attnroof.calibration.forecast import step_forecast
     from attnroof.model.costs import model_ops
     from attnroof.model.layers import layer_table
-    from attnroof.model.parallel import Shard
     from attnroof.operators import rule
 
     plan = s.plan
@@ -122,7 +121,7 @@ def spread_step(
     stages: list[dict[str, Any]] = []
     ops_json: list[dict[str, Any]] = []
     for st in s.stages:
-        shard = Shard(plan.tp, plan.ep, st.first, st.stop, plan.sp)
+        shard = plan.shard(st.first, st.stop)
         ops = model_ops(
             model, args.phase, micro, args.context, prec, fused=fused, routing=args.routing,
             latent_form=args.mla, shard=shard,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +28,27 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
         ("--pp", "pipeline stages: layers cut into P contiguous stages"),
         (
             "--ep",
-            "expert-parallel degree: experts spread over E devices (E divides --dp; --dp defaults to E)",
+            "expert-parallel degree: experts spread over E devices (--etp × E divides --tp × --dp; "
+            "--dp defaults to the least that does)",
         ),
         ("--dp", "data-parallel replicas, each with batch/D sequences"),
     ):
         g.add_argument(flag, type=positive_int, metavar=flag[2:].upper(), help=f"{what} (default 1)")
+    g.add_argument(
+        "--etp",
+        type=positive_int,
+        metavar="N",
+        help="expert-tensor-parallel degree: each expert cut over N devices (default --tp, as Megatron-LM's "
+        "--expert-tensor-parallel-size; MoE runs often use 1)",
+    )
+    g.add_argument(
+        "--expert-imbalance",
+        type=float,
+        default=1.0,
+        metavar="F",
+        help="the busiest expert-parallel device's routed tokens over the mean, 1 ≤ F ≤ --ep: its expert "
+        "GEMMs and all-to-all carry F× (default 1 = uniform routing)",
+    )
     g.add_argument("--sp", action="store_true", help="sequence parallelism: each TP all-reduce as RS + AG")
     g.add_argument(
         "--microbatches", type=positive_int, default=1, metavar="M", help="pipeline micro-batches (default 1)"
@@ -63,18 +80,24 @@ def add_link_args(g: Any) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "fit", "sweep_tp", "zero")
-    return any(getattr(args, f) not in (None, False) for f in flags) or args.sp or args.overlap
+    flags = ("tp", "pp", "ep", "dp", "etp", "fit", "sweep_tp", "zero")
+    return (
+        any(getattr(args, f) not in (None, False) for f in flags)
+        or args.sp
+        or args.overlap
+        or args.expert_imbalance != 1
+    )
 
 
 def plan_of(args: argparse.Namespace) -> Plan:
     from attnroof.model.parallel import Plan
 
-    ep = args.ep or 1
-    dp = args.dp if args.dp is not None else ep
+    tp, ep, etp = args.tp or 1, args.ep or 1, args.etp or 0
+    # by default the fewest replicas the expert grid needs: etp · ep divides tp · dp
+    dp = args.dp if args.dp is not None else math.lcm(tp, (etp or tp) * ep) // tp
     return Plan(
-        tp=args.tp or 1, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
-        overlap=args.overlap, zero=args.zero or 0,
+        tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
+        overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
     )  # fmt: skip
 
 
@@ -120,7 +143,7 @@ def run_parallel(job: Any) -> int:
         )  # fmt: skip
 
     if args.fit:
-        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep") if getattr(args, f) is not None]
+        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep", "etp") if getattr(args, f) is not None]
         if chosen:
             raise InputError(
                 f"--fit chooses the degrees itself: not with {', '.join(chosen)} "

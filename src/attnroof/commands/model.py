@@ -58,6 +58,13 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sweep-batch", type=int_list, metavar="LIST", help="batches to compare: 1,8,64 or 1..256"
     )
+    p.add_argument(
+        "--sweep-context",
+        type=int_list,
+        metavar="LIST",
+        help="contexts: with --sweep-batch (or --batch) the batch × context grid, costed in one pass "
+        "on arrays: 1024,8192 or 1k..128k",
+    )
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     p.add_argument(
         "--weight-dtype", metavar="DTYPE", help="dtype the weights are stored in (default: --dtype)"
@@ -151,7 +158,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.list:
         return _print_list([builtin(n) for n in builtin_names()], args.json)
     require(args.model is not None, "--model is required (a built-in name or a config.json; see --list)")
-    require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
+    if args.sweep_context:
+        _check_grid(args)
+    else:
+        require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
     check_train_flags(args)
     _check_calibration_use(args)
     model = get_model(args.model)
@@ -159,11 +169,51 @@ def _run(args: argparse.Namespace) -> int:
     wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
     job = _Job(model, args, dev, roof, dt, wdt, kdt)
+    if args.sweep_context:
+        return _grid(job)
     if wants_parallel(args):
         return run_parallel(job)
     if args.phase == TRAIN:
         return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
+
+
+def _check_grid(args: argparse.Namespace) -> None:
+    """The grid is one device's prefill or decode step at every batch × context."""
+    require(
+        args.context is None, "--context and --sweep-context: give one (the grid's contexts: --sweep-context)"
+    )
+    other = next(
+        (
+            flag
+            for flag, given in (
+                ("--phase train", args.phase == TRAIN),
+                ("--calibration", args.calibration is not None),
+                ("the parallel flags", wants_parallel(args)),
+            )
+            if given
+        ),
+        None,
+    )
+    require(other is None, f"--sweep-context costs one device's prefill or decode grid: not with {other}")
+
+
+def _grid(job: _Job) -> int:
+    from attnroof.model.grid import grid, grid_json
+
+    a = job.args
+    batches = a.sweep_batch or [a.batch]
+    g = grid(
+        job.model, a.phase, batches, a.sweep_context, job.roof, job.prec,
+        capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
+    )  # fmt: skip
+    if a.json:
+        emit_json({**job.json_head(), **grid_json(g)})
+        return 0
+    from attnroof.text.grid import grid_text
+
+    print(grid_text(job.setting, g))
+    return 0
 
 
 def _check_calibration_use(args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from attnroof.devices.links import Link, Links
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
-from attnroof.model.parallel import Plan, Shard, group_link
+from attnroof.model.parallel import Plan, Shard, group_link, local_members
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD
 from attnroof.operators import rule
@@ -86,17 +86,52 @@ def expert_exchange(
     pass_name: str = "",
 ) -> list[CommOp]:
     """Expert parallelism's all-to-all dispatch and combine, once each per MoE layer of the
-    stage: each routed token's hidden vector to its expert's device and back."""
+    stage: each routed token's hidden vector to its expert's device and back; and where the
+    expert-TP group does not already hold the same tokens (EP > 1, or ETP ≠ TP), its all-gather of
+    the tokens its experts received and reduce-scatter of their outputs (Megatron-LM's
+    MoEAlltoAllTokenDispatcher, megatron/core/transformer/moe/token_dispatcher.py:
+    dispatch_postprocess and combine_preprocess, over the expert-TP group).
+
+        routed = tokens · top_k · hidden · itemsize / tp · F   (each device its 1/tp of the
+                                                                replica's tokens; the busiest
+                                                                device receives, then sends, F ×)
+        EP all-to-all of ``routed`` over ep devices etp apart: inside a scale-up domain, or split
+                      by destination, (local − 1)/ep on scale-up and (ep − local)/ep on scale-out
+        ETP all-gather and reduce-scatter of etp · routed over etp adjacent devices
+
+    The TP group's all-reduce of the MoE block's output stays as for a dense MLP
+    (:func:`stage_comms`), standing for the exchange that gives each TP rank its tokens back."""
     moe = sum(model.layer_is_moe()[shard.first : shard.stop])
-    if plan.ep == 1 or not moe or model.experts is None:
+    e, ep = plan.expert_tp, plan.ep
+    if not moe or model.experts is None:
         return []
-    link = group_link(links, plan.ep, plan.tp, f"--ep {plan.ep}")
-    routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp  # 1/t per TP rank
+    routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp * plan.expert_imbalance
     kind = next(i.layer_kind for i in layer_table(model) if rule(i).routed)
-    return [
-        CommOp(coll.all_to_all(routed, plan.ep, name=name), moe, link, kind, pass_name)
-        for name in ("expert dispatch", "expert combine")
-    ]
+    out: list[CommOp] = []
+    if ep > 1:
+        local = local_members(links, ep, e)
+        for name in ("expert dispatch", "expert combine"):
+            if local == ep:
+                link = group_link(links, ep, e, f"--ep {ep}")
+                out.append(CommOp(coll.all_to_all(routed, ep, name=name), moe, link, kind, pass_name))
+                continue
+            inside, across = coll.all_to_all_split(routed, ep, local, name=name)
+            if local > 1:
+                out.append(CommOp(inside, moe, group_link(links, local, e, f"--ep {ep}"), kind, pass_name))
+            out.append(CommOp(across, moe, group_link(links, ep, e, f"--ep {ep}"), kind, pass_name))
+    if e > 1 and (ep > 1 or e != plan.tp):
+        link = group_link(links, e, 1, f"--etp {e}")
+        out += [
+            CommOp(coll.all_gather(e * routed, e, name="expert-TP all-gather"), moe, link, kind, pass_name),
+            CommOp(
+                coll.reduce_scatter(e * routed, e, name="expert-TP reduce-scatter"),
+                moe,
+                link,
+                kind,
+                pass_name,
+            ),
+        ]
+    return out
 
 
 def stage_send(

@@ -17,8 +17,10 @@ from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, Precision, params
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_sequence
 from attnroof.model.spec import ModelConfig
+from attnroof.ops.experts import UNIFORM
+from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
-from attnroof.roofline import MEMORY, Roof, place
+from attnroof.roofline import COMPUTE, MEMORY, Roof, place
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ def grid(
     capacity_bytes: float | None = None,
     fused: bool = True,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
+    routing: str = UNIFORM,
+    latent_form: str = ABSORBED,
 ) -> Grid:
     """``model``'s ``phase`` step at every batch × context, from one pass over its layer table.
 
@@ -66,7 +70,10 @@ def grid(
     c = np.asarray(context, dtype=np.float64).reshape(1, -1)
     zero = np.zeros(np.broadcast_shapes(b.shape, c.shape))
     flops, nbytes, time, mem_time, attn_time = zero, zero, zero, zero, zero
-    ops = model_ops(model, phase, b, c, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element)
+    ops = model_ops(
+        model, phase, b, c, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element,
+        routing=routing, latent_form=latent_form,
+    )  # fmt: skip
     for op in ops:
         for stage in op.cost:
             pl = place((stage.flops, stage.bytes), roof)
@@ -93,3 +100,48 @@ def grid(
         memory_bytes=used + zero,
         fits=None if capacity_bytes is None else used + zero <= capacity_bytes,
     )
+
+
+def first_true_batch(g: Grid, mask: Any) -> list[int | None]:
+    """Per context (column), the first batch of the grid where ``mask`` holds (None: none does)."""
+    import numpy as np
+
+    batches = g.batch[:, 0]
+    return [int(batches[np.argmax(col)]) if col.any() else None for col in np.asarray(mask).T]
+
+
+def summary(g: Grid) -> dict[str, list[int | None]]:
+    """Per context: the first batch whose step is compute-bound (under half its time in
+    memory-bound kernels, as a single step's limiter says), and the largest batch that fits."""
+    import numpy as np
+
+    out = {"compute_bound_from_batch": first_true_batch(g, g.memory_bound_share < 0.5)}
+    if g.fits is not None:
+        batches = g.batch[:, 0]
+        out["largest_fitting_batch"] = [
+            int(batches[col].max()) if col.any() else None for col in np.asarray(g.fits).T
+        ]
+    return out
+
+
+def grid_json(g: Grid) -> dict[str, Any]:
+    """Every array as nested lists (rows: batch, columns: context), with :func:`summary`."""
+    import numpy as np
+
+    arrays_ = {
+        "flops": g.flops,
+        "bytes": g.bytes,
+        "time_s": g.time_s,
+        "tokens_per_s": g.tokens_per_s,
+        "memory_bound_share": g.memory_bound_share,
+        "attention_share": g.attention_share,
+        "memory_bytes": g.memory_bytes,
+        "fits": g.fits,
+    }
+    return {
+        "batch": [int(b) for b in g.batch[:, 0]],
+        "context": [int(c) for c in g.context[0]],
+        **{k: None if v is None else np.asarray(v).tolist() for k, v in arrays_.items()},
+        "limiter": np.where(g.memory_bound_share >= 0.5, MEMORY, COMPUTE).tolist(),
+        **summary(g),
+    }

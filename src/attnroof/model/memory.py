@@ -68,7 +68,8 @@ def weights_read(
         if rule(i).routed:  # under expert parallelism: the group's tokens, 1/ep of the experts
             ep = i.shape.get("ep", 1)
             each = i.params_read * ep / i.shape["experts"]
-            touched = touched_experts(tokens * ep, i.shape["experts"], i.shape["top_k"], routing)
+            pooled = tokens * i.shape.get("pool", ep)
+            touched = touched_experts(pooled, i.shape["experts"], i.shape["top_k"], routing)
             total = total + i.count * each * touched / ep
         else:
             total = total + i.count * i.params_read

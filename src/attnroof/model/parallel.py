@@ -15,11 +15,16 @@ stage and the head on the last) and one tensor-parallel slice of each (:func:`at
                   latent down-projections and cache)           and each all-reduce becomes a
                                                                reduce-scatter + an all-gather)
 
-Experts are cut like a dense MLP and spread over ``ep`` devices, ``E/ep`` each; an all-to-all
-sends each routed token's hidden vector to its expert (dispatch) and back (combine). Expert
-parallelism is carved from data parallelism (as DeepSeek-V3 and Megatron deploy it): the ``ep``
-replicas of an EP group run attention on their own sequences and pool their tokens for the
-experts, so ``ep`` divides ``dp``. Devices = tp × pp × dp; each replica takes batch/dp sequences.
+Experts are cut like a dense MLP, over ``etp`` devices (expert tensor parallelism; default the
+TP degree), and spread over ``ep`` devices, ``E/ep`` each; an all-to-all sends each routed token's
+hidden vector to its expert (dispatch) and back (combine), and with ``etp`` > 1 the expert-TP group
+all-gathers the tokens its experts received and reduce-scatters their outputs. The experts follow
+Megatron-LM's expert grid ("MoE parallel folding", megatron/core/parallel_state.py): a stage's
+tp × dp devices are regrouped as ETP × EP × EDP (EDP: the expert data-parallel replicas), ETP
+innermost, then EP; each device dispatches its 1/tp of its replica's tokens, so an expert group
+pools etp · ep / tp replicas' tokens. With etp = tp this is expert parallelism carved from data
+parallelism (as DeepSeek-V3 deploys it): ``ep`` divides ``dp``. Devices = tp × pp × dp; each
+replica takes batch/dp sequences.
 
 Groups are laid out TP innermost, then DP (with EP inside it), then PP (Megatron's order): a
 group of ``n`` devices ``stride`` apart rides the scale-up link when ``stride · n`` fits in one
@@ -42,6 +47,7 @@ __all__ = [
     "check_plan",
     "check_sequence_split",
     "group_link",
+    "local_members",
     "shard_row",
     "stages",
 ]  # Shard and shard_row live in attnroof.model.shard, below the layer table
@@ -63,10 +69,28 @@ class Plan:
     """Collectives overlapped with computation: a layer takes max(compute, communication)."""
     zero: int = 0
     """Training: ZeRO stage (1 optimizer states, 2 + gradients, 3 + weights sharded over DP)."""
+    etp: int = 0
+    """Expert-tensor-parallel degree: each expert cut over ``etp`` devices (0: equal to ``tp``,
+    Megatron-LM's default for ``--expert-tensor-parallel-size``)."""
+    expert_imbalance: float = 1.0
+    """The busiest device's routed tokens over the mean (1: uniform routing)."""
 
     @property
     def devices(self) -> int:
         return self.tp * self.pp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: the replicas of each expert, tp · dp / (etp · ep)."""
+        return self.tp * self.dp // (self.expert_tp * self.ep)
+
+    def shard(self, first: int, stop: int) -> Shard:
+        """What one device of the stage holding layers ``first`` to ``stop − 1`` holds."""
+        return Shard(self.tp, self.ep, first, stop, self.sp, self.etp, self.expert_imbalance)
 
     @property
     def single(self) -> bool:
@@ -84,6 +108,9 @@ class Plan:
             "microbatches": self.microbatches,
             "overlap": self.overlap,
             "zero": self.zero,
+            "etp": self.expert_tp,
+            "edp": self.edp,
+            "expert_imbalance": self.expert_imbalance,
         }
 
 
@@ -109,16 +136,47 @@ def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
             raise InputError(
                 f"--ep {plan.ep} does not divide the model's {model.experts.experts} experts", param="--ep"
             )
-        if plan.dp % plan.ep:
-            raise InputError(
-                f"--ep {plan.ep} must divide --dp {plan.dp} (expert parallelism is carved from data "
-                "parallelism)",
-                param="--ep",
-            )
+    check_experts(model, plan)
     if batch % (plan.dp * plan.microbatches):
         raise InputError(
             f"--batch {batch} is not a multiple of --dp × --microbatches = {plan.dp * plan.microbatches}",
             param="--batch",
+        )
+
+
+def check_experts(model: ModelConfig, plan: Plan) -> None:
+    """Megatron-LM's expert grid (parallel_state.py: ETP × EP × EDP × PP = the world): ETP × EP
+    divides a stage's TP × DP devices; ETP divides the expert width (its linear layers' cut);
+    the imbalance F is ≥ 1 and at most EP (the busiest device takes at most every token)."""
+    e, ep, f = plan.expert_tp, plan.ep, plan.expert_imbalance
+    if plan.etp and model.experts is None:
+        raise InputError(f"--etp {plan.etp}: {model.name} has no experts", param="--etp")
+    if not (f >= 1):  # also NaN
+        raise InputError(
+            f"--expert-imbalance {f} must be ≥ 1 (1: uniform routing)", param="--expert-imbalance"
+        )
+    if f != 1 and ep == 1:
+        raise InputError(
+            f"--expert-imbalance {f}: the imbalance is across expert-parallel devices; give --ep 2 or more",
+            param="--expert-imbalance",
+        )
+    if f > ep:
+        raise InputError(
+            f"--expert-imbalance {f} exceeds --ep {ep}: the busiest device takes at most all the tokens",
+            param="--expert-imbalance",
+        )
+    if model.experts is None:
+        return
+    if model.experts.width % e:
+        raise InputError(
+            f"--etp {e} does not divide the model's expert width {model.experts.width}", param="--etp"
+        )
+    if (plan.tp * plan.dp) % (e * ep):
+        flag = "--ep" if plan.etp in (0, plan.tp) else "--etp"
+        raise InputError(
+            f"--etp {e} × --ep {ep} = {e * ep} must divide --tp × --dp = {plan.tp * plan.dp}, a stage's "
+            "devices (Megatron's expert grid ETP × EP × EDP; with --etp = --tp: --ep must divide --dp)",
+            param=flag,
         )
 
 
@@ -166,3 +224,19 @@ def group_link(links: Links, n: int, stride: int, what: str) -> Link:
             param="--scaleout-bandwidth",
         )
     return links.scaleout
+
+
+def local_members(links: Links, n: int, stride: int) -> int:
+    """How many of a group of ``n`` devices ``stride`` apart share one scale-up domain: all of
+    them when ``stride · n`` fits (or the domain is unknown), else domain/stride, at least one
+    (a regular layout: the stride divides the domain, or the domain the stride).
+
+    >>> from attnroof.devices.links import Links
+    >>> links = Links(scaleup_bytes_per_s=450e9, scaleout_bytes_per_s=50e9, scaleup_domain=8)
+    >>> local_members(links, 8, 1), local_members(links, 64, 1), local_members(links, 16, 2), local_members(links, 4, 8)
+    (8, 8, 4, 1)
+    """
+    domain = links.scaleup_domain
+    if domain is None or stride * n <= domain:
+        return n
+    return max(1, min(n, domain // stride))

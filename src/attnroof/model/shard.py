@@ -14,25 +14,45 @@ from attnroof.row import REPLICATED, OpInstance
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """What one device holds: a TP slice of layers ``first`` to ``stop − 1``, 1/ep of the experts."""
+    """What one device holds: a TP slice of layers ``first`` to ``stop − 1``, 1/ep of the experts
+    (each cut over ``etp`` devices; 0: over the TP degree, Megatron-LM's default)."""
 
     tp: int
     ep: int
     first: int
     stop: int
     sp: bool = False
+    etp: int = 0
+    imbalance: float = 1.0
+    """The busiest device's routed tokens over the mean (expert parallelism's slowest device)."""
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def pool(self) -> float:
+        """Replicas' worth of tokens an expert group pools: etp · ep / tp (Megatron's expert grid
+        ETP × EP × EDP folds over the TP × DP devices; each device dispatches its 1/tp of its
+        replica's tokens). ep when etp = tp, as when expert parallelism is carved from DP."""
+        e, t = self.expert_tp, self.tp
+        return self.ep if e == t else e * self.ep / t
 
 
 def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
     """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` as its
-    operator's entry cuts its split (:mod:`attnroof.operators`), experts spread over ``shard.ep``,
+    operator's entry cuts its split (:mod:`attnroof.operators`), experts cut by ``shard.etp`` and
+    spread over ``shard.ep`` (the busiest device's routed rows ``shard.imbalance`` × the mean),
     element-wise passes on 1/t of the tokens under sequence parallelism; so that the operator
     table costs exactly what the device runs."""
     entry = rule(row)
-    shape, frac = entry.cut(row, shard.tp)  # frac: the share of the row's parameters kept
-    if entry.routed and shard.ep > 1:
-        shape["ep"] = shard.ep
+    t = shard.expert_tp if entry.routed else shard.tp  # experts: cut over the expert-TP group
+    shape, frac = entry.cut(row, t)  # frac: the share of the row's parameters kept
+    if entry.routed and (shard.ep > 1 or t != shard.tp):
+        shape["ep"], shape["pool"] = shard.ep, shard.pool
         frac /= shard.ep
+    if shard.imbalance != 1 and (entry.routed or "routed" in row.shape):  # the busiest device
+        shape["imbalance"] = shard.imbalance
     if shard.sp and entry.sequence_parallel and row.split == REPLICATED and row.per_layer:
         shape["sequence_shards"] = shard.tp
     return replace(

@@ -42,7 +42,7 @@ from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
 from attnroof.model.notes import step_notes
-from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, stages
+from attnroof.model.parallel import Plan, check_plan, check_sequence_split, stages
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
@@ -322,7 +322,7 @@ def spread(
     ranges = stages(model.layers, plan.pp)
     out = []
     for i, (first, stop) in enumerate(ranges):
-        shard = Shard(plan.tp, plan.ep, first, stop, plan.sp)
+        shard = plan.shard(first, stop)
         last = i == len(ranges) - 1
         ops = model_ops(model, phase, micro, context, p, shard=shard, **options)
         step = Step(phase, micro, context, p)

@@ -150,12 +150,14 @@ def dp_comms(
     experts = expert_params(model, shard)
     groups = (  # (parameters, replicas that hold them, stride between those replicas, whose)
         (params(model, shard) - experts, plan.dp, plan.tp, ""),
-        (experts, plan.dp // plan.ep, plan.tp * plan.ep, "expert "),
+        (experts, plan.edp, plan.expert_tp * plan.ep, "expert "),  # ETP, EP inside each EDP group
     )
     for n_params, d, stride, whose in groups:
         if d == 1 or n_params == 0:
             continue
-        link = group_link(links, d, stride, f"--dp {d}" if not whose else f"--dp/--ep = {d}")
+        link = group_link(
+            links, d, stride, f"--dp {d}" if not whose else f"expert data parallelism (EDP {d})"
+        )
         grads, weights = n_params * prec.grad_itemsize, n_params * prec.weight_itemsize
         reduce_ = coll.all_reduce(grads, d, name=f"{whose}gradient all-reduce")
         scatter = coll.reduce_scatter(grads, d, name=f"{whose}gradient reduce-scatter")
@@ -217,11 +219,11 @@ def train_spread(
     p = prec or TrainPrecision()
     micro = batch // plan.dp // plan.microbatches
     check_sequence_split(plan, micro * context)
-    zero = Zero(plan.zero, plan.dp, plan.ep)
+    zero = Zero(plan.zero, plan.dp, plan.ep, plan.edp)
     out = []
     ranges = stages(model.layers, plan.pp)
     for i, (first, stop) in enumerate(ranges):
-        shard = Shard(plan.tp, plan.ep, first, stop, plan.sp)
+        shard = plan.shard(first, stop)
         last = i == len(ranges) - 1
         placed, passes = placed_stage(model, micro, context, p, fused, recompute, shard, roof)
         tokens = micro * context

@@ -195,17 +195,19 @@ class TrainMemory:
 class Zero:
     """ZeRO's sharding (Rajbhandari et al. 2020) over the data-parallel replicas: stage 1 splits
     the optimizer states, 2 the gradients too, 3 the weights too. Expert weights have their own,
-    smaller, data-parallel group: the ``dp/ep`` replicas that hold the same experts."""
+    smaller, data-parallel group: the ``dp/ep`` replicas that hold the same experts (``edp``
+    where the experts are cut unlike the attention: tp · dp / (etp · ep))."""
 
     stage: int = 0
     dp: int = 1
     ep: int = 1
+    edp: int = 0
 
     def per_device(self, dense: Num, experts: Num, from_stage: int) -> Num:
         """Parameters a device keeps of a state that ZeRO shards from ``from_stage`` on."""
         if self.stage < from_stage:
             return dense + experts
-        return dense / self.dp + experts / (self.dp // self.ep)
+        return dense / self.dp + experts / (self.edp or self.dp // self.ep)
 
 
 def expert_params(model: ModelConfig, shard: Shard | None = None) -> int:

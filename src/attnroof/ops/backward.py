@@ -450,12 +450,14 @@ def expert_backward(
     grad_itemsize: Num | None = None,
     bias: bool = False,
     ep: Num = 1,
+    imbalance: Num = 1,
     name: str = "expert GEMM",
 ) -> Cost:
     """The backward of one grouped expert GEMM (:func:`attnroof.ops.experts.expert_gemm`): dX and
     dW over the ``tokens·top_k`` routed rows, each the forward's FLOPs; the weights read and the
     gradients written are those of the experts the batch touches. ``ep``: as the forward's, one
-    device's share of an expert-parallel group's pooled ``tokens``.
+    device's share of an expert-parallel group's pooled ``tokens``; ``imbalance``: the busiest
+    device's routed rows, F × the mean.
 
     >>> c = expert_backward(1, 4096, 28672, experts=8, top_k=2)       # Mixtral gate/up, one token
     >>> c.flops == 2 * (2 * 2 * 4096 * 28672)                          # 2 × the forward
@@ -465,7 +467,7 @@ def expert_backward(
     validate.positive("itemsize", itemsize)
     w_item = itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
     g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
-    routed = tokens * top_k
+    routed = tokens * top_k * imbalance
     touched = touched_experts(tokens, experts, top_k, routing)
     dy = Access("dY", routed * m * itemsize)
     dw_writes = [Access("dW", touched * k * m * g_item)]

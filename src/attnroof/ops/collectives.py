@@ -141,6 +141,29 @@ def all_to_all(message_bytes: Num, devices: int, *, name: str = ALL_TO_ALL) -> C
     return _ring(ALL_TO_ALL, message_bytes, devices, name)
 
 
+def all_to_all_split(
+    message_bytes: Num, devices: int, local: int, *, name: str = ALL_TO_ALL
+) -> tuple[Comm, Comm]:
+    """A pairwise all-to-all of ``devices`` devices, ``local`` of them (this one included) in each
+    scale-up domain: of the M/n it sends each other device, (local − 1)/n · M stays inside the
+    domain and (n − local)/n · M leaves it — the share of a hierarchical system's all-to-all on
+    its scale-out link (DeepSeek-V3 technical report, §3.2.2: cross-node all-to-all over
+    InfiniBand, intra-node over NVLink). Returns (inside, across); the two links carry theirs at
+    once. (DeepSeek-V3 also forwards each token once per node, not per expert: not modelled.)
+
+    >>> up, out = all_to_all_split(1024, 16, 8)    # 16 devices, 8 a node: 7/16 and 8/16 of 1024
+    >>> up.bytes_per_device, out.bytes_per_device, up.steps + out.steps
+    (448.0, 512.0, 15)
+    """
+    _check(message_bytes, devices)
+    size("local", local)
+    n, k = devices, min(local, devices)
+    return (
+        Comm(f"{name} (in domain)", ALL_TO_ALL, n, message_bytes, (k - 1) / n * message_bytes, k - 1),
+        Comm(f"{name} (across)", ALL_TO_ALL, n, message_bytes, (n - k) / n * message_bytes, n - k),
+    )
+
+
 def send_recv(message_bytes: Num, devices: int = 2, *, name: str = SEND_RECV) -> Comm:
     """Point to point: ``M`` bytes from one device to the next (a pipeline stage boundary).
 

@@ -57,18 +57,26 @@ def expert_gemm(
     weight_itemsize: Num | None = None,
     bias: bool = False,
     ep: Num = 1,
+    imbalance: Num = 1,
     name: str = "expert GEMM",
 ) -> Cost:
     """``tokens`` tokens, each through ``top_k`` experts' k × m weights (one grouped kernel).
     Under expert parallelism (``ep`` > 1) ``tokens`` are the pooled tokens of the ``ep`` devices
-    of a group and the cost is one device's share (:func:`expert_share`).
+    of a group and the cost is one device's share (:func:`expert_share`). ``imbalance`` F ≥ 1:
+    the device costed is the busiest, its routed rows F × the mean (FLOPs, X and Y); the weights
+    it reads are still those its experts' tokens touch, once.
+
+    >>> busy = expert_gemm(64, 4096, 28672, experts=8, top_k=2, ep=4, imbalance=2)
+    >>> mean = expert_gemm(64, 4096, 28672, experts=8, top_k=2, ep=4)
+    >>> busy.flops == 2 * mean.flops, busy.bytes - mean.bytes == 64 * 2 / 4 * (4096 + 28672) * 2
+    (True, True)
 
     >>> c = expert_gemm(1, 4096, 28672, experts=8, top_k=2)   # Mixtral gate/up, one token
     >>> c.flops == 2 * 2 * 4096 * 28672, c.bytes == 2 * 2 * (4096 * 28672 + 4096 + 28672)
     (True, True)
     """
     w_item = itemsize if weight_itemsize is None else weight_itemsize
-    routed = tokens * top_k  # token-expert pairs
+    routed = tokens * top_k * imbalance  # token-expert pairs (the busiest device's: F × the mean)
     touched = touched_experts(tokens, experts, top_k, routing)
     reads = [Access("X", routed * k * itemsize), Access("W", touched * k * m * w_item)]
     flops = matmul_flops(routed, k, m)

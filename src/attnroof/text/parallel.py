@@ -23,6 +23,10 @@ def plan_line(s: Spread) -> str:
     p = s.plan
     parts = [f"TP {p.tp}", f"PP {p.pp}", f"DP {p.dp}"] + ([f"EP {p.ep}"] if p.ep > 1 else [])
     extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
+    if p.etp and p.etp != p.tp:  # the experts' own grid (Megatron's ETP × EP × EDP)
+        extra.append(f"experts ETP {p.etp} × EP {p.ep} × EDP {p.edp}")
+    if p.expert_imbalance != 1:
+        extra.append(f"busiest expert device {render.num(p.expert_imbalance)}× the mean tokens")
     if p.zero:
         extra.insert(0, f"ZeRO {p.zero}")
     micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.microbatches > 1 else ""
