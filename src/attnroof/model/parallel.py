@@ -33,6 +33,7 @@ from typing import Any
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
+from attnroof.model.schedules import chunks
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
 
@@ -63,6 +64,10 @@ class Plan:
     """Collectives overlapped with computation: a layer takes max(compute, communication)."""
     zero: int = 0
     """Training: ZeRO stage (1 optimizer states, 2 + gradients, 3 + weights sharded over DP)."""
+    schedule: str = "1f1b"
+    """The pipeline schedule (:mod:`attnroof.model.schedules`): 1f1b, interleaved, zb-h1."""
+    virtual_stages: int = 1
+    """Interleaved: model chunks per device."""
 
     @property
     def devices(self) -> int:
@@ -84,6 +89,8 @@ class Plan:
             "microbatches": self.microbatches,
             "overlap": self.overlap,
             "zero": self.zero,
+            "schedule": self.schedule,
+            "virtual_stages": self.virtual_stages,
         }
 
 
@@ -137,13 +144,7 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
     >>> stages(80, 3)
     [(0, 27), (27, 54), (54, 80)]
     """
-    size, extra = divmod(layers, pp)
-    out, start = [], 0
-    for s in range(pp):
-        stop = start + size + (s < extra)
-        out.append((start, stop))
-        start = stop
-    return out
+    return chunks(layers, pp, 1)
 
 
 def group_link(links: Links, n: int, stride: int, what: str) -> Link:

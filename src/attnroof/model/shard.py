@@ -21,6 +21,19 @@ class Shard:
     first: int
     stop: int
     sp: bool = False
+    more: tuple[tuple[int, int], ...] = ()
+    """An interleaved schedule's further model chunks on this device: layer ranges (first, stop)
+    after ``first``–``stop``, its first chunk."""
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """Every layer range the device holds, its first chunk first."""
+        return ((self.first, self.stop), *self.more)
+
+    @property
+    def layers(self) -> int:
+        """How many layers the device holds."""
+        return sum(stop - first for first, stop in self.ranges)
 
 
 def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
