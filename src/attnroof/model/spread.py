@@ -29,6 +29,9 @@ removes it; a device holding v model chunks (interleaved) is costed on the layer
 Per-device figures are the slowest stage's device (the one that sets the pace). The collectives
 a stage adds are built in :mod:`attnroof.model.comms` (:mod:`attnroof.model.train_spread` for a
 training step's), on :mod:`attnroof.model.parallel`'s layout.
+
+Length: a stage's and a step's times, bound and estimate side by side (each through the same
+schedule), and the totals read from both; splitting them would part the two meanings.
 """
 
 from __future__ import annotations
