@@ -164,6 +164,7 @@ def test_overlap_takes_the_larger_per_layer_kind():
         (L70, Plan(tp=8, sp=True), "prefill"),
         (L70, Plan(tp=4, pp=2, dp=2, microbatches=2), "decode"),
         (builtin("mixtral-8x7b"), Plan(tp=2, ep=2, dp=2), "prefill"),
+        (L70, Plan(tp=8, pp=4, microbatches=8, schedule="interleaved", virtual_stages=2), "prefill"),
     ],
 )
 def test_the_bound_is_below_every_estimate_and_no_flag_raises_it(model, plan, phase):
