@@ -148,6 +148,13 @@ def _heads(draw: Any, *, group: bool = True) -> list[str]:
     return out
 
 
+def _schedule(draw: Any) -> list[str]:
+    """A pipeline schedule, or none: --schedule with or without --virtual-stages."""
+    name = draw(st.sampled_from(["", "1f1b", "interleaved", "zb-h1"]))
+    v = ["--virtual-stages", "2"] if name == "interleaved" or not draw(st.integers(0, 7)) else []
+    return (["--schedule", name] if name else []) + v
+
+
 def _flag(draw: Any, name: str) -> list[str]:
     return [name] if draw(st.booleans()) else []
 
@@ -274,6 +281,9 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                 ]
                 out += ["--zero", draw(st.sampled_from(["0", "1", "2", "3"]))]
                 out += _flag(draw, "--overlap") + _flag(draw, "--sp")
+                if draw(st.booleans()):  # a pipeline under each schedule (some refused)
+                    out += ["--pp", "2", "--microbatches", draw(st.sampled_from(["1", "2"]))]
+                    out += [*_schedule(draw)]
         else:
             if draw(st.booleans()):
                 out += ["--sweep-batch", draw(st.sampled_from(["1,8,64", "1..256", "2"]))]
@@ -297,7 +307,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                     "--microbatches",
                     draw(st.sampled_from(["1", "2"])),
                 ]
-                out += _flag(draw, "--overlap")
+                out += _flag(draw, "--overlap") + _schedule(draw)
             elif plan == "fit":
                 out += ["--fit", *(["--sweep-tp", "1,2"] if draw(st.booleans()) else [])]
             elif plan == "sweep":

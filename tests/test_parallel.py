@@ -166,6 +166,7 @@ def test_overlap_takes_the_larger_per_layer_kind():
         (builtin("mixtral-8x7b"), Plan(tp=2, ep=2, dp=2), "prefill"),
         # an EP group across two domains (its all-to-all on both links), experts whole, routing 2×
         (builtin("qwen3-30b-a3b"), Plan(tp=2, ep=16, dp=8, etp=1, expert_imbalance=2), "prefill"),
+        (L70, Plan(tp=8, pp=4, microbatches=8, schedule="interleaved", virtual_stages=2), "prefill"),
     ],
 )
 def test_the_bound_is_below_every_estimate_and_no_flag_raises_it(model, plan, phase):

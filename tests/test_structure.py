@@ -241,7 +241,7 @@ PACKAGE_RANKS = [
 """attnroof's parts from the bottom up (docs/architecture.md): a part imports only parts below it."""
 
 MODEL_RANKS = [
-    {"fields", "train_options"},
+    {"fields", "train_options", "schedules"},
     {"architectures", "unmodelled"},
     {"spec"},  # the config's shapes
     {"hf_config", "hub"},  # reading a config, finding its file

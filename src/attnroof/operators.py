@@ -21,6 +21,8 @@ row is. An entry has:
                         recomputation may keep fewer), and ``saved_split``: the splits under which
                         that input is the sequence-split residual stream (kept 1/t)
     selective           what selective recomputation runs again of it
+    weight_gradient     the part of its backward that computes its weights' gradients (the W
+                        pass a zero-bubble schedule defers; the rest is B, the input's gradient)
     heads               attention: the query heads a row's shape holds (each forms a score matrix)
     matmul, gemm        whether it is a matrix product: the parameters a token multiplies (PaLM's
                         N), and for a dense weight GEMM its (k, m)
@@ -110,6 +112,7 @@ class Operator:
     gemm: Callable[[Mapping[str, Any]], tuple[int, int]] | None = None
     measured_as: str | None = None
     in_training: bool = True
+    weight_gradient: Callable[[Cost], Cost] | None = None
 
     @property
     def summary(self) -> str:
@@ -155,6 +158,13 @@ class Operator:
         if self.heads is None:
             raise self.lacks("heads rule (how many score matrices its row forms)")
         return self.heads(row.shape)
+
+    def weight_part(self, backward: Cost) -> Cost:
+        """The stages of this operator's ``backward`` cost that compute its weights' gradients
+        (Qi et al. 2024's W; the rest is B)."""
+        if self.weight_gradient is None:
+            raise self.lacks("weight_gradient rule (which part of its backward is the W pass)")
+        return self.weight_gradient(backward)
 
     def saved_bytes(self, row: OpInstance, saving: Saving) -> Num:
         """Bytes one run of ``row`` keeps from its forward pass for its backward pass."""
@@ -253,6 +263,17 @@ def saves_nothing(i: OpInstance, s: Saving) -> Num:
     return 0
 
 
+def no_weights(backward: Cost) -> Cost:
+    """No weight gradient: an operator without weights (attention, adds, activations), or one
+    whose weight's gradient is summed inside the kernel that computes dX (a norm's scale)."""
+    return Cost(())
+
+
+def all_weights(backward: Cost) -> Cost:
+    """All of it: a backward that only scatters into a weight's gradient (an embedding table)."""
+    return backward
+
+
 # ---------------------------------------------------------------- linear
 
 
@@ -267,6 +288,7 @@ register(
     cuts={COLUMN: cut_width("m"), ROW: cut_width("k"), VOCAB: cut_width("m")},
     saved=saves_input("k"), saved_split=frozenset({COLUMN, REPLICATED}),
     matmul=lambda i: i.shape["k"] * i.shape["m"], gemm=lambda s: (s["k"], s["m"]), measured_as="linear",
+    weight_gradient=bwd.weight_gradient_stages,
 )  # fmt: skip
 
 
@@ -345,9 +367,12 @@ def _selective_attention(i: OpInstance, cost: Cost, fused: bool) -> tuple[str, C
 register(
     "attention", attention, kind=ATTENTION, backward=bwd.attention_backward, bind=_bind_attention,
     cuts={HEADS: _cut_attention}, saved=_saved_attention, selective=_selective_attention,
-    heads=_attention_heads, measured_as="attention",
+    heads=_attention_heads, measured_as="attention", weight_gradient=no_weights,
 )  # fmt: skip
-register("decode", decode, kind=ATTENTION, backward=bwd.decode_backward, measured_as="attention")
+register(
+    "decode", decode, kind=ATTENTION, backward=bwd.decode_backward, measured_as="attention",
+    weight_gradient=no_weights,
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- latent attention
@@ -391,6 +416,7 @@ register(
     bind=_bind_latent, cuts={HEADS: _cut_latent}, saved=_saved_latent, selective=_selective_attention,
     heads=lambda shape: shape["heads"],
     matmul=lambda i: i.params,  # W_UK and W_UV, multiplied inside attention
+    weight_gradient=bwd.weight_gradient_stages,  # the KV up-projection's dW
 )  # fmt: skip
 
 
@@ -417,6 +443,7 @@ def _cut_qk_norm(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], floa
 register(
     "norm", norm, kind=MEMORY_PASS, backward=bwd.norm_backward, bind=_bind_norm, cuts={HEADS: _cut_qk_norm},
     sequence_parallel=True, saved=saves_input("width"), saved_split=frozenset(SPLITS),
+    weight_gradient=no_weights,
 )  # fmt: skip
 
 
@@ -426,7 +453,7 @@ def _bind_add(i: OpInstance, st: Step) -> Call:
 
 register(
     "add", add, kind=MEMORY_PASS, backward=bwd.add_backward, bind=_bind_add, sequence_parallel=True,
-    saved=saves_nothing,
+    saved=saves_nothing, weight_gradient=no_weights,
 )  # fmt: skip
 
 
@@ -445,7 +472,7 @@ def _saved_activation(i: OpInstance, s: Saving) -> Num:
 
 register(
     "activation", activation, kind=MEMORY_PASS, backward=bwd.activation_backward, bind=_bind_activation,
-    cuts={COLUMN: cut_width("width")}, saved=_saved_activation,
+    cuts={COLUMN: cut_width("width")}, saved=_saved_activation, weight_gradient=no_weights,
 )  # fmt: skip
 
 
@@ -468,7 +495,7 @@ def _cut_vocab_table(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], 
 
 register(
     "embedding", embedding, kind=MEMORY_PASS, backward=bwd.embedding_backward, bind=_bind_embedding,
-    cuts={VOCAB: _cut_vocab_table}, saved=saves_nothing,
+    cuts={VOCAB: _cut_vocab_table}, saved=saves_nothing, weight_gradient=all_weights,
 )  # fmt: skip
 
 
@@ -493,8 +520,9 @@ def _cut_kv_write(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], flo
 register(
     "copy", copy, kind=MEMORY_PASS, backward=bwd.copy_backward, bind=_bind_copy, cuts={HEADS: _cut_kv_write},
     saved=saves_nothing, in_training=False,  # the KV-cache write: training keeps no cache
+    weight_gradient=no_weights,
 )  # fmt: skip
-register("softmax", softmax, kind=MEMORY_PASS, backward=bwd.softmax_backward)
+register("softmax", softmax, kind=MEMORY_PASS, backward=bwd.softmax_backward, weight_gradient=no_weights)
 
 
 # ---------------------------------------------------------------- experts
@@ -531,6 +559,7 @@ register(
     "experts", expert_gemm, kind=GEMM, backward=bwd.expert_backward, bind=_bind_experts,
     cuts={COLUMN: cut_width("m"), ROW: cut_width("k")}, routed=True, saved=_saved_experts,
     matmul=lambda i: i.shape["top_k"] * i.shape["k"] * i.shape["m"], measured_as="linear",
+    weight_gradient=bwd.weight_gradient_stages,
 )  # fmt: skip
 
 

@@ -114,6 +114,7 @@ def spread_step(
     from attnroof.calibration.forecast import step_forecast
     from attnroof.model.costs import model_ops
     from attnroof.model.layers import layer_table
+    from attnroof.model.schedules import schedule
     from attnroof.operators import rule
 
     plan = s.plan
@@ -121,7 +122,7 @@ def spread_step(
     stages: list[dict[str, Any]] = []
     ops_json: list[dict[str, Any]] = []
     for st in s.stages:
-        shard = plan.shard(st.first, st.stop)
+        shard = plan.shard(st.first, st.stop, st.more)
         ops = model_ops(
             model, args.phase, micro, args.context, prec, fused=fused, routing=args.routing,
             latent_form=args.mla, shard=shard,
@@ -138,9 +139,10 @@ def spread_step(
         if st is s.slowest:
             ops_json = [f.to_json() for f in fcs]
 
-    def step(attr: str) -> float:
+    def step(attr: str) -> float:  # the plan's pipeline schedule over the stages' forecasts
         times = [st[attr] for st in stages]
-        return sum(times) + (plan.microbatches - 1) * max(times)
+        no_weights = [0.0] * len(times)  # prefill and decode: no backward
+        return schedule(plan.schedule).time(times, no_weights, plan.microbatches, plan.virtual_stages)
 
     total = step("time_s")
     return {

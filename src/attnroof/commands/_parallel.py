@@ -53,6 +53,18 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--microbatches", type=positive_int, default=1, metavar="M", help="pipeline micro-batches (default 1)"
     )
+    g.add_argument(
+        "--schedule",
+        choices=("1f1b", "interleaved", "zb-h1"),
+        default="1f1b",
+        help="pipeline schedule: 1f1b (default), interleaved (with --virtual-stages), zb-h1 (training)",
+    )
+    g.add_argument(
+        "--virtual-stages",
+        type=positive_int,
+        metavar="V",
+        help="interleaved schedule: model chunks per device (layers split into --pp × V chunks)",
+    )
     g.add_argument("--overlap", action="store_true", help="overlap collectives with computation")
     g.add_argument("--fit", action="store_true", help="the fewest devices that hold the model at this batch")
     g.add_argument(
@@ -80,12 +92,13 @@ def add_link_args(g: Any) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "etp", "fit", "sweep_tp", "zero")
+    flags = ("tp", "pp", "ep", "dp", "etp", "fit", "sweep_tp", "zero", "virtual_stages")
     return (
         any(getattr(args, f) not in (None, False) for f in flags)
         or args.sp
         or args.overlap
         or args.expert_imbalance != 1
+        or args.schedule != "1f1b"
     )
 
 
@@ -98,6 +111,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     return Plan(
         tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
         overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
+        schedule=args.schedule, virtual_stages=args.virtual_stages or 1,
     )  # fmt: skip
 
 
@@ -143,6 +157,10 @@ def run_parallel(job: Any) -> int:
         )  # fmt: skip
 
     if args.fit:
+        if plan.schedule != "1f1b":
+            raise InputError(
+                f"--fit tries 1F1B pipelines: not with --schedule {plan.schedule}", param="--fit"
+            )
         chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep", "etp") if getattr(args, f) is not None]
         if chosen:
             raise InputError(

@@ -13,6 +13,7 @@ from typing import Any
 from attnroof.devices.links import Link, Links
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
 from attnroof.model.parallel import Plan, Shard, group_link, local_members
+from attnroof.model.schedules import schedule
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD
 from attnroof.operators import rule
@@ -101,7 +102,7 @@ def expert_exchange(
 
     The TP group's all-reduce of the MoE block's output stays as for a dense MLP
     (:func:`stage_comms`), standing for the exchange that gives each TP rank its tokens back."""
-    moe = sum(model.layer_is_moe()[shard.first : shard.stop])
+    moe = sum(sum(model.layer_is_moe()[first:stop]) for first, stop in shard.ranges)
     e, ep = plan.expert_tp, plan.ep
     if not moe or model.experts is None:
         return []
@@ -142,11 +143,14 @@ def stage_send(
     links: Links,
     name: str,
     pass_name: str = "",
+    count: int = 1,
 ) -> CommOp:
-    """A pipeline stage's activations (or their gradients) to its neighbour."""
+    """A pipeline stage's activations (or their gradients) to its neighbour, ``count`` times a
+    micro-batch (an interleaved device: once from each of its model chunks but the model's last,
+    or, for the gradients, its first)."""
     link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
     activations = tokens * model.hidden * itemsize / (plan.tp if plan.sp else 1)
-    return CommOp(coll.send_recv(activations, 2, name=name), 1, link, PIPELINE, pass_name)
+    return CommOp(coll.send_recv(activations, 2, name=name), count, link, PIPELINE, pass_name)
 
 
 def stage_comms(
@@ -155,7 +159,7 @@ def stage_comms(
     """The collectives one device of ``shard`` runs in one micro-batch's ``step``."""
     out: list[CommOp] = []
     n, item = step.tokens(), step.prec.itemsize
-    layers = shard.stop - shard.first
+    layers = shard.layers
     t = plan.tp
     if t > 1:
         link = group_link(links, t, 1, f"--tp {t}")
@@ -168,6 +172,7 @@ def stage_comms(
             logits = step.tokens("last") * model.vocab * item
             out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))
     out += expert_exchange(model, plan, shard, n, item, links)
-    if plan.pp > 1 and not last:
-        out.append(stage_send(model, plan, n, item, links, "stage send"))
+    sends = schedule(plan.schedule).sends(plan.virtual_stages) - last  # not from the model's last chunk
+    if plan.pp > 1 and sends:
+        out.append(stage_send(model, plan, n, item, links, "stage send", count=sends))
     return out

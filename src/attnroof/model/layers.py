@@ -116,7 +116,18 @@ def layer_table(model: ModelConfig, shard: Shard | None = None) -> list[OpInstan
 
 @lru_cache(maxsize=256)
 def _device_table(model: ModelConfig, shard: Shard) -> tuple[OpInstance, ...]:
-    return tuple(shard_row(r, shard) for r in _layer_table(model, shard.first, shard.stop))
+    """One device's rows: of its one range of layers, or, holding several model chunks (an
+    interleaved pipeline), each chunk's rows merged, a row's count summed over the chunks."""
+    if not shard.more:
+        return tuple(shard_row(r, shard) for r in _layer_table(model, shard.first, shard.stop))
+    first_rows: dict[tuple[Any, ...], OpInstance] = {}
+    counts: dict[tuple[Any, ...], int] = {}
+    for first, stop in shard.ranges:
+        for row in _layer_table(model, first, stop):
+            k = row.key()
+            first_rows.setdefault(k, row)
+            counts[k] = counts.get(k, 0) + row.count
+    return tuple(shard_row(replace(row, count=counts[k]), shard) for k, row in first_rows.items())
 
 
 def stage_table(model: ModelConfig, first: int, stop: int) -> list[OpInstance]:

@@ -38,6 +38,7 @@ from typing import Any
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
+from attnroof.model.schedules import chunks
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
 
@@ -74,6 +75,10 @@ class Plan:
     Megatron-LM's default for ``--expert-tensor-parallel-size``)."""
     expert_imbalance: float = 1.0
     """The busiest device's routed tokens over the mean (1: uniform routing)."""
+    schedule: str = "1f1b"
+    """The pipeline schedule (:mod:`attnroof.model.schedules`): 1f1b, interleaved, zb-h1."""
+    virtual_stages: int = 1
+    """Interleaved: model chunks per device."""
 
     @property
     def devices(self) -> int:
@@ -88,9 +93,10 @@ class Plan:
         """Expert data-parallel degree: the replicas of each expert, tp · dp / (etp · ep)."""
         return self.tp * self.dp // (self.expert_tp * self.ep)
 
-    def shard(self, first: int, stop: int) -> Shard:
-        """What one device of the stage holding layers ``first`` to ``stop − 1`` holds."""
-        return Shard(self.tp, self.ep, first, stop, self.sp, self.etp, self.expert_imbalance)
+    def shard(self, first: int, stop: int, more: tuple[tuple[int, int], ...] = ()) -> Shard:
+        """What one device of the stage holding layers ``first`` to ``stop − 1`` holds (and, in
+        an interleaved schedule, the further chunks ``more``)."""
+        return Shard(self.tp, self.ep, first, stop, self.sp, self.etp, self.expert_imbalance, more)
 
     @property
     def single(self) -> bool:
@@ -111,6 +117,8 @@ class Plan:
             "etp": self.expert_tp,
             "edp": self.edp,
             "expert_imbalance": self.expert_imbalance,
+            "schedule": self.schedule,
+            "virtual_stages": self.virtual_stages,
         }
 
 
@@ -195,13 +203,7 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
     >>> stages(80, 3)
     [(0, 27), (27, 54), (54, 80)]
     """
-    size, extra = divmod(layers, pp)
-    out, start = [], 0
-    for s in range(pp):
-        stop = start + size + (s < extra)
-        out.append((start, stop))
-        start = stop
-    return out
+    return chunks(layers, pp, 1)
 
 
 def group_link(links: Links, n: int, stride: int, what: str) -> Link:

@@ -48,6 +48,7 @@ def spread_json(
                 "comm_time_s": st.comm_time_s,
                 "fits": st.memory.fits,
                 "total_bytes": st.memory.total_bytes,
+                **({"chunks": [list(r) for r in st.ranges]} if st.more else {}),  # interleaved
             }
             for st in s.stages
         ],

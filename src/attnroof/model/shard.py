@@ -25,6 +25,9 @@ class Shard:
     etp: int = 0
     imbalance: float = 1.0
     """The busiest device's routed tokens over the mean (expert parallelism's slowest device)."""
+    more: tuple[tuple[int, int], ...] = ()
+    """An interleaved schedule's further model chunks on this device: layer ranges (first, stop)
+    after ``first``–``stop``, its first chunk."""
 
     @property
     def expert_tp(self) -> int:
@@ -37,6 +40,16 @@ class Shard:
         replica's tokens). ep when etp = tp, as when expert parallelism is carved from DP."""
         e, t = self.expert_tp, self.tp
         return self.ep if e == t else e * self.ep / t
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """Every layer range the device holds, its first chunk first."""
+        return ((self.first, self.stop), *self.more)
+
+    @property
+    def layers(self) -> int:
+        """How many layers the device holds."""
+        return sum(stop - first for first, stop in self.ranges)
 
 
 def shard_row(row: OpInstance, shard: Shard) -> OpInstance:

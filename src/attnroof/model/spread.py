@@ -8,25 +8,30 @@ or with ``--overlap`` hidden only behind their own pass's kernels.
 
     stage bound (one micro-batch) = max(Σ ops max(F/P, bytes/B), each link's Σ collectives)
                                     (every collective hidden behind kernels)
-    step bound                    = max(Σ stage bounds + (m − 1) · the largest   (1F1B's fill
-                                        and drain, m micro-batches),
+    step bound                    = max(the schedule's pipeline over the stage bounds (1F1B:
+                                        Σ stage bounds + (m − 1) · the largest),
                                         each link's traffic over the step: m micro-batches'
                                         collectives and the once-a-step sync)
     stage estimate                = Σ ops max(F/P, bytes/B) + Σ collectives (steps·α + sent/β)
                       overlapped  = Σ over layer kinds (and passes) the longest of the kernels
                                     and each link's collectives
-    step estimate                 = Σ stages + (m − 1) · slowest stage
+    step estimate                 = the schedule's pipeline over the stages (1F1B: Σ stages
+                                    + (m − 1) · slowest stage)
                                     + the once-a-step collectives left exposed (training's
                                     data-parallel sync; overlapped: what outlasts the idle
                                     link time of the pass that can hide it)
-    pipeline bubble               = (p − 1)/(m + p − 1) of the pipeline, for equal stages
+    pipeline bubble               = 1F1B: (p − 1)/(m + p − 1) of the pipeline, for equal stages
 
-The pipeline runs 1F1B (Narayanan et al. 2021), the one schedule modelled: its bubble is in the
-bound, because no overlap removes it (an interleaved or zero-bubble schedule would).
+The pipeline runs the plan's schedule (``--schedule``, :mod:`attnroof.model.schedules`: 1F1B by
+default, interleaved 1F1B, ZB-H1): its bubble is in the bound, because no overlap of collectives
+removes it; a device holding v model chunks (interleaved) is costed on the layers of all of them.
 
 Per-device figures are the slowest stage's device (the one that sets the pace). The collectives
 a stage adds are built in :mod:`attnroof.model.comms` (:mod:`attnroof.model.train_spread` for a
 training step's), on :mod:`attnroof.model.parallel`'s layout.
+
+Length: a stage's and a step's times, bound and estimate side by side (each through the same
+schedule), and the totals read from both; splitting them would part the two meanings.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
 from attnroof.model.notes import step_notes
-from attnroof.model.parallel import Plan, check_plan, check_sequence_split, stages
+from attnroof.model.parallel import Plan, check_plan, check_sequence_split
+from attnroof.model.schedules import check_schedule, device_chunks, schedule
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
@@ -65,6 +71,15 @@ class StageResult:
     """Training: the pass of each of ``ops``."""
     step_comms: tuple[CommOp, ...] = ()
     """Collectives run once a step, after the last micro-batch (the data-parallel sync)."""
+    more: tuple[tuple[int, int], ...] = ()
+    """An interleaved schedule's further model chunks on this device (layer ranges)."""
+    weight_grad_s: float = 0.0
+    """Training: the kernel time of its weight gradients, one micro-batch (the W that zb-h1 defers)."""
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The layer ranges the device holds."""
+        return ((self.first, self.stop), *self.more)
 
     @property
     def compute_time_s(self) -> float:
@@ -201,10 +216,15 @@ class Spread:
     def slowest(self) -> StageResult:
         return max(self.stages, key=lambda s: s.time_s)
 
+    def _pipeline(self, times: list[float]) -> float:
+        """The plan's schedule over stages taking ``times`` a micro-batch (:mod:`.schedules`)."""
+        p = self.plan
+        w = [s.weight_grad_s for s in self.stages]
+        return schedule(p.schedule).time(times, w, p.microbatches, p.virtual_stages)
+
     @property
     def pipeline_time_s(self) -> float:
-        m = self.plan.microbatches
-        return sum(s.time_s for s in self.stages) + (m - 1) * self.slowest.time_s
+        return self._pipeline([s.time_s for s in self.stages])
 
     @property
     def time_s(self) -> float:
@@ -219,9 +239,7 @@ class Spread:
 
     @property
     def _pipeline_bound_s(self) -> float:
-        m = self.plan.microbatches
-        bounds = [s.bound_s for s in self.stages]
-        return sum(bounds) + (m - 1) * max(bounds)
+        return self._pipeline([s.bound_s for s in self.stages])
 
     @property
     def _busiest_link_s(self) -> float:
@@ -240,7 +258,7 @@ class Spread:
 
     @property
     def bubble_share(self) -> float:
-        """The pipeline's share the slowest device idles under 1F1B at the bound:
+        """The pipeline's share the slowest device idles under the plan's schedule at the bound:
         1 − m · its stage bound / the pipeline's bound."""
         return 1 - self.plan.microbatches * max(s.bound_s for s in self.stages) / self._pipeline_bound_s
 
@@ -315,15 +333,16 @@ def spread(
 ) -> Spread:
     """One ``phase`` step of ``batch`` sequences on ``plan.devices`` devices."""
     check_plan(model, plan, batch)
+    check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=False)
     p = prec or Precision()
     replica = batch // plan.dp
     micro = replica // plan.microbatches
     check_sequence_split(plan, micro if phase == DECODE else micro * context)
-    ranges = stages(model.layers, plan.pp)
+    devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
     out = []
-    for i, (first, stop) in enumerate(ranges):
-        shard = plan.shard(first, stop)
-        last = i == len(ranges) - 1
+    for i, ((first, stop), *more) in enumerate(devices):
+        shard = plan.shard(first, stop, tuple(more))
+        last = i == len(devices) - 1
         ops = model_ops(model, phase, micro, context, p, shard=shard, **options)
         step = Step(phase, micro, context, p)
         comms = stage_comms(model, plan, shard, step, links, last=last)
@@ -331,9 +350,8 @@ def spread(
             model, phase, replica, context, p, capacity_bytes, fused=options.get("fused", True),
             routing=options.get("routing", "uniform"), shard=shard,
         )  # fmt: skip
-        out.append(
-            StageResult(first, stop, tuple(place_op(o, roof) for o in ops), tuple(comms), mem, plan.overlap)
-        )
+        placed = tuple(place_op(o, roof) for o in ops)
+        out.append(StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, more=tuple(more)))
     notes = step_notes(
         model, phase, batch, context, p, routing=options.get("routing", UNIFORM),
         latent_form=options.get("latent_form", ABSORBED),

@@ -55,6 +55,7 @@ min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the mo
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 from attnroof.devices.links import Links
@@ -67,13 +68,16 @@ from attnroof.model.comms import (
     expert_exchange,
     stage_send,
 )
+from attnroof.model.costs import Op
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
-from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, group_link, stages
+from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, group_link
+from attnroof.model.schedules import check_schedule, device_chunks, schedule
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
 from attnroof.model.training import model_flops, train_notes, train_ops
 from attnroof.model.training_memory import FULL, NONE, TrainPrecision, Zero, expert_params, train_memory
+from attnroof.operators import operator
 from attnroof.ops import collectives as coll
 from attnroof.ops.backward import FP32_BYTES
 from attnroof.roofline import Roof
@@ -101,7 +105,7 @@ def tp_comms(
         return []
     link = group_link(links, t, 1, f"--tp {t}")
     block = tokens * model.hidden * itemsize
-    layers = shard.stop - shard.first
+    layers = shard.layers
     out: list[CommOp] = []
 
     if shard.first == 0:
@@ -216,34 +220,41 @@ def train_spread(
     if plan.zero not in ZERO_STAGES:
         raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
     check_plan(model, plan, batch)
+    check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=True)
+    sched = schedule(plan.schedule)
     p = prec or TrainPrecision()
     micro = batch // plan.dp // plan.microbatches
     check_sequence_split(plan, micro * context)
     zero = Zero(plan.zero, plan.dp, plan.ep, plan.edp)
     out = []
-    ranges = stages(model.layers, plan.pp)
-    for i, (first, stop) in enumerate(ranges):
-        shard = plan.shard(first, stop)
-        last = i == len(ranges) - 1
-        placed, passes = placed_stage(model, micro, context, p, fused, recompute, shard, roof)
+    devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
+    for i, ((first, stop), *more) in enumerate(devices):
+        shard = plan.shard(first, stop, tuple(more))
+        last = i == len(devices) - 1
+        placed, passes, weight_grad_s = placed_stage(model, micro, context, p, fused, recompute, shard, roof)
         tokens = micro * context
         comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
         for pass_name in layer_passes(recompute):
             comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, pass_name)
-        if plan.pp > 1 and not last:
-            comms.append(stage_send(model, plan, tokens, p.itemsize, links, "activations send", FORWARD))
-        if plan.pp > 1 and i > 0:
-            comms.append(stage_send(model, plan, tokens, p.itemsize, links, "gradients send", BACKWARD))
+        sends = sched.sends(plan.virtual_stages)  # each way, but from the model's last (first) chunk
+        for name, pass_name, n in (
+            ("activations send", FORWARD, sends - last),
+            ("gradients send", BACKWARD, sends - (i == 0)),
+        ):
+            if plan.pp > 1 and n:
+                comms.append(stage_send(model, plan, tokens, p.itemsize, links, name, pass_name, n))
         micro_sync, step_sync = dp_comms(model, plan, shard, p, links)
         step_sync += tied_embedding_sync(model, plan, shard, p, links, last=last)
         mem = train_memory(
             model, micro, context, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
-            zero=zero, in_flight=min(plan.microbatches, plan.pp - i),
+            zero=zero, in_flight=sched.in_flight(i, plan.pp, plan.microbatches, plan.virtual_stages),
         )  # fmt: skip
         comms += micro_sync
-        out.append(
-            StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync))
-        )
+        stage = StageResult(
+            first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync),
+            more=tuple(more), weight_grad_s=weight_grad_s,
+        )  # fmt: skip
+        out.append(stage)
     notes = train_notes(model, batch, context, p, fused, recompute)
     return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer, notes)
 
@@ -251,16 +262,17 @@ def train_spread(
 def placed_stage(
     model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
     shard: Shard, roof: Roof,
-) -> tuple[tuple[OpResult, ...], tuple[str, ...]]:  # fmt: skip
-    """A stage's training operators on the roof, and the pass of each: the same for every plan
-    that runs this shard at this micro-batch — and, when every layer is of one kind, for every
+) -> tuple[tuple[OpResult, ...], tuple[str, ...], float]:  # fmt: skip
+    """A stage's training operators on the roof, the pass of each, and its weight gradients'
+    time (:func:`weight_grad_time`): the same for every plan that runs this shard at this
+    micro-batch — and, when every layer is of one kind and the device holds one chunk, for every
     stage of as many layers that holds the same end of the model (the embedding, the head or
     neither) — which a plan search asks for once per ZeRO stage, data-parallel degree and
     micro-batch count (:mod:`attnroof.model.search`)."""
     n, last = shard.stop - shard.first, model.layers
-    if len(model.layer_kinds()) == 1:  # any n middle layers cost alike: one stands for all
+    if not shard.more and len(model.layer_kinds()) == 1:  # any n middle layers cost alike
         first = 0 if shard.first == 0 else last - n if shard.stop == last else 1
-        shard = Shard(shard.tp, shard.ep, first, first + n, shard.sp)
+        shard = replace(shard, first=first, stop=first + n)
     return _placed_stage(model, micro, context, prec, fused, recompute, shard, roof)
 
 
@@ -268,9 +280,20 @@ def placed_stage(
 def _placed_stage(
     model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
     shard: Shard, roof: Roof,
-) -> tuple[tuple[OpResult, ...], tuple[str, ...]]:  # fmt: skip
+) -> tuple[tuple[OpResult, ...], tuple[str, ...], float]:  # fmt: skip
     ops = train_ops(model, micro, context, prec, fused=fused, recompute=recompute, shard=shard)
-    return tuple(place_op(o, roof) for _, o in ops), tuple(name for name, _ in ops)
+    placed = tuple(place_op(o, roof) for _, o in ops)
+    return placed, tuple(name for name, _ in ops), weight_grad_time(ops, roof)
+
+
+def weight_grad_time(ops: list[tuple[str, Op]], roof: Roof) -> float:
+    """The kernel time of a micro-batch's weight gradients: each backward row's W part, as its
+    operator's entry draws it (``weight_gradient``: a GEMM's dW, half its backward), on the roof."""
+    return sum(
+        o.count * place_op(replace(o, cost=operator(o.operator).weight_part(o.cost)), roof).time_s
+        for name, o in ops
+        if name == BACKWARD
+    )
 
 
 def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:

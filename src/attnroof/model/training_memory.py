@@ -134,7 +134,7 @@ def activation_bytes(
     stage of a parallel plan, its tensors cut as its rows are."""
     table = layer_table(model, shard)
     layer_rows = [i for i in table if i.per_layer]
-    L = model.layers if shard is None else shard.stop - shard.first
+    L = model.layers if shard is None else shard.layers
 
     def saved(i: OpInstance, how: str) -> Num:
         kept = saved_bytes(i, model, batch, context, itemsize, fused=fused, recompute=how)
@@ -226,12 +226,14 @@ def train_memory(
     recompute: str = NONE,
     shard: Shard | None = None,
     zero: Zero | None = None,
-    in_flight: int = 1,
+    in_flight: float = 1,
 ) -> TrainMemory:
     """Weights, gradients, optimizer state and activations of one training step. On one device
     of a parallel plan: its ``shard``'s parameters, sharded further by ``zero``, and the
     activations of ``in_flight`` micro-batches of ``batch`` sequences (a pipeline stage holds
-    those it has run forward and not yet backward: min(m, p − stage) under 1F1B).
+    those it has run forward and not yet backward: min(m, p − stage) under 1F1B; each schedule's
+    in :mod:`attnroof.model.schedules`, a fraction where it counts model chunks). The head's
+    tensors (the last stage's) are one micro-batch's: its loss and backward follow its forward.
 
     >>> from attnroof.model.config import builtin
     >>> m = train_memory(builtin("llama-3.1-8b"), 1, 8192, TrainPrecision(), 141e9)
@@ -249,7 +251,8 @@ def train_memory(
     def act(b: int, c: int) -> dict[str, Num]:
         """Every micro-batch in flight keeps its own; one layer at a time is recomputed."""
         a = activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute, shard=shard)
-        return {**a, "total": in_flight * (a["total"] - a["working"]) + a["working"]}
+        layers = a["total"] - a["working"] - a["head"]
+        return {**a, "total": in_flight * layers + a["head"] + a["working"]}
 
     a = act(batch, context)
     if capacity_bytes is None:

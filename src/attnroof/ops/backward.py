@@ -83,6 +83,19 @@ branch's gradient joins the residual stream's: one per element, the forward's ke
 SCATTER_ADD_FLOPS_PER_ELEMENT = 1
 """An embedding's gradient: each token's row of dY added into its row of the table's gradient."""
 
+WEIGHT_GRADIENT = "dW"
+"""The last word of a stage's name that computes a weight's gradient (dW = Xᵀ·dY): the W pass
+a zero-bubble pipeline schedule (Qi et al. 2024) defers, apart from B, the input's gradient."""
+
+
+def weight_gradient_stages(cost: Cost) -> Cost:
+    """The stages of a backward ``cost`` that compute weight gradients (named ``… dW``).
+
+    >>> [s.name for s in weight_gradient_stages(linear_backward(1, 8, 8))]
+    ['linear dW']
+    """
+    return Cost(tuple(s for s in cost if s.name.rsplit(" ", 1)[-1] == WEIGHT_GRADIENT))
+
 
 def _attention_backward(
     s_q: Num,
@@ -253,7 +266,7 @@ def linear_backward(
                 (Access("dX", n * k * itemsize),),
             ),
             Stage(
-                f"{name} dW",
+                f"{name} {WEIGHT_GRADIENT}",
                 matmul_flops(k, n, m) + (n * m if bias else 0),
                 (Access("X", n * k * itemsize), dy),
                 (Access("dW", k * m * g_item), *((Access("d bias", m * g_item),) if bias else ())),
@@ -483,7 +496,12 @@ def expert_backward(
                 (dy, Access("W", touched * k * m * w_item)),
                 (Access("dX", routed * k * itemsize),),
             ),
-            Stage(f"{name} dW", dw_flops, (Access("X", routed * k * itemsize), dy), tuple(dw_writes)),
+            Stage(
+                f"{name} {WEIGHT_GRADIENT}",
+                dw_flops,
+                (Access("X", routed * k * itemsize), dy),
+                tuple(dw_writes),
+            ),
         )
     )
     return expert_share(cost, ep)

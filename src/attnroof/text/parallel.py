@@ -9,6 +9,7 @@ from typing import Any
 
 from attnroof.devices.links import Links
 from attnroof.model.comms import CommOp
+from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1
 from attnroof.model.search import Fit
 from attnroof.model.spread import Spread
 from attnroof.model.train_options import TRAIN
@@ -17,6 +18,8 @@ from attnroof.text import render
 from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
 from attnroof.text.render import table
 from attnroof.units import GB, duration
+
+SCHEDULE_NAMES = {ONE_F_ONE_B: "1F1B", INTERLEAVED: "interleaved 1F1B", ZB_H1: "ZB-H1"}
 
 
 def plan_line(s: Spread) -> str:
@@ -30,9 +33,17 @@ def plan_line(s: Spread) -> str:
     if p.zero:
         extra.insert(0, f"ZeRO {p.zero}")
     micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.microbatches > 1 else ""
+    if p.schedule != "1f1b":
+        chunks = f" × {p.virtual_stages} chunks a device" if p.virtual_stages > 1 else ""
+        micro += f", {p.schedule}{chunks}"
     return f"{' × '.join(parts)} = {render.plural(p.devices, 'device')}{micro}" + (
         f"; {', '.join(extra)}" if extra else ""
     )
+
+
+def layer_ranges(ranges: Sequence[tuple[int, int]]) -> str:
+    """A device's layers: 0–19, or, holding several model chunks, 0–4, 40–44."""
+    return ", ".join(f"{first}–{stop - 1}" for first, stop in ranges)
 
 
 def links_line(links: Links) -> str:
@@ -85,7 +96,7 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         if t["tokens_per_s"] is not None
         else f"time to first token ≥ {duration(t['time_s'])}"
     )
-    pipeline = "" if s.plan.pp == 1 else ", 1F1B's pipeline bubble"
+    pipeline = "" if s.plan.pp == 1 else f", {SCHEDULE_NAMES[s.plan.schedule]}'s pipeline bubble"
     kinds = [
         [
             k["layer_kind"],
@@ -108,7 +119,7 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
         plan_line(s),
         links_line(links) + ridge,
         "",
-        f"one device of the slowest stage (layers {slow.first}–{slow.stop - 1}), one micro-batch:",
+        f"one device of the slowest stage (layers {layer_ranges(slow.ranges)}), one micro-batch:",
         table(headers, rows + comms, ("l" if train else "") + "llrrrrlr"),
         "",
         table(["layer kind", "compute ≥", "link ≥", "FLOP/link byte", "bound by"], kinds, "lrrrl"),
