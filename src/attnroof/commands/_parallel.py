@@ -30,6 +30,7 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
             "expert-parallel degree: experts spread over E devices (E divides --dp; --dp defaults to E)",
         ),
         ("--dp", "data-parallel replicas, each with batch/D sequences"),
+        ("--cp", "context-parallel degree: each sequence's tokens over C devices, K/V in a ring"),
     ):
         g.add_argument(flag, type=positive_int, metavar=flag[2:].upper(), help=f"{what} (default 1)")
     g.add_argument("--sp", action="store_true", help="sequence parallelism: each TP all-reduce as RS + AG")
@@ -58,7 +59,7 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "fit", "sweep_tp", "zero")
+    flags = ("tp", "pp", "ep", "dp", "cp", "fit", "sweep_tp", "zero")
     return any(getattr(args, f) not in (None, False) for f in flags) or args.sp or args.overlap
 
 
@@ -69,7 +70,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     dp = args.dp if args.dp is not None else ep
     return Plan(
         tp=args.tp or 1, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
-        overlap=args.overlap, zero=args.zero or 0,
+        overlap=args.overlap, zero=args.zero or 0, cp=args.cp or 1,
     )  # fmt: skip
 
 
@@ -97,7 +98,7 @@ def run_parallel(job: Any) -> int:
         )
     links = links_of(args, job.device)
     plan = plan_of(args)
-    if plan.zero and plan.dp == 1 and not args.fit:
+    if plan.zero and plan.replicas == 1 and not args.fit:
         raise InputError(
             f"--zero {plan.zero} shards over data-parallel replicas: give --dp 2 or more (or --fit)",
             param="--zero",
@@ -115,7 +116,7 @@ def run_parallel(job: Any) -> int:
         )  # fmt: skip
 
     if args.fit:
-        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep") if getattr(args, f) is not None]
+        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep", "cp") if getattr(args, f) is not None]
         if chosen:
             raise InputError(
                 f"--fit chooses the degrees itself: not with {', '.join(chosen)} "

@@ -21,26 +21,42 @@ parallelism is carved from data parallelism (as DeepSeek-V3 and Megatron deploy 
 replicas of an EP group run attention on their own sequences and pool their tokens for the
 experts, so ``ep`` divides ``dp``. Devices = tp × pp × dp; each replica takes batch/dp sequences.
 
-Groups are laid out TP innermost, then DP (with EP inside it), then PP (Megatron's order): a
-group of ``n`` devices ``stride`` apart rides the scale-up link when ``stride · n`` fits in one
-scale-up domain, the scale-out link otherwise.
+Context parallelism (``cp``, Megatron-LM's ``context_parallel_size``; its
+docs/source/api-guide/context_parallel.rst) cuts every sequence into 2·cp chunks and gives
+device i chunks i and 2·cp − 1 − i: every row runs on context/cp tokens of each sequence, and
+attention runs the device's queries against the whole sequence's keys and values, passed round
+the CP group in a ring (:func:`attnroof.model.comms.context_ring`). The CP ranks hold the same
+weights: their gradients are summed with the data-parallel replicas', over dp · cp devices
+(Megatron's ``get_data_parallel_group(with_context_parallel=True)``), ZeRO shards over those
+dp · cp too, and expert parallelism is carved from them (Megatron's expert grid: tp · cp · dp =
+etp · ep · edp, with etp = tp here), so ``ep`` divides ``dp · cp``. Devices = tp × cp × pp × dp.
+
+Groups are laid out TP innermost, then CP, then DP (with EP inside CP × DP), then PP
+(Megatron's ``tp-cp-ep-dp-pp``): a group of ``n`` devices ``stride`` apart rides the scale-up
+link when ``stride · n`` fits in one scale-up domain, the scale-out link otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
+from attnroof.row import DECODE
+
+M = TypeVar("M")
+"""A device's memory: :class:`attnroof.model.memory.Memory` or a training step's."""
 
 __all__ = [
     "Plan",
     "Shard",
+    "check_context_split",
     "check_plan",
     "check_sequence_split",
+    "context_memory",
     "group_link",
     "shard_row",
     "stages",
@@ -63,10 +79,17 @@ class Plan:
     """Collectives overlapped with computation: a layer takes max(compute, communication)."""
     zero: int = 0
     """Training: ZeRO stage (1 optimizer states, 2 + gradients, 3 + weights sharded over DP)."""
+    cp: int = 1
+    """Context parallelism: each sequence's tokens over ``cp`` devices, K/V passed in a ring."""
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def replicas(self) -> int:
+        """The devices that hold the same weights and sum their gradients: dp · cp."""
+        return self.dp * self.cp
 
     @property
     def single(self) -> bool:
@@ -79,6 +102,7 @@ class Plan:
             "pp": self.pp,
             "ep": self.ep,
             "dp": self.dp,
+            "cp": self.cp,
             "devices": self.devices,
             "sequence_parallel": self.sp,
             "microbatches": self.microbatches,
@@ -89,7 +113,13 @@ class Plan:
 
 def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
     """:class:`InputError`, naming the flag, for a plan the model or batch cannot take."""
-    for flag, v in (("--tp", plan.tp), ("--pp", plan.pp), ("--ep", plan.ep), ("--dp", plan.dp)):
+    for flag, v in (
+        ("--tp", plan.tp),
+        ("--pp", plan.pp),
+        ("--ep", plan.ep),
+        ("--dp", plan.dp),
+        ("--cp", plan.cp),
+    ):
         if v < 1:
             raise InputError(f"{flag} {v} must be a whole number ≥ 1", param=flag)
     heads = model.heads
@@ -109,10 +139,10 @@ def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
             raise InputError(
                 f"--ep {plan.ep} does not divide the model's {model.experts.experts} experts", param="--ep"
             )
-        if plan.dp % plan.ep:
+        if plan.replicas % plan.ep:
             raise InputError(
-                f"--ep {plan.ep} must divide --dp {plan.dp} (expert parallelism is carved from data "
-                "parallelism)",
+                f"--ep {plan.ep} must divide --dp × --cp = {plan.replicas} (expert parallelism is "
+                "carved from data and context parallelism)",
                 param="--ep",
             )
     if batch % (plan.dp * plan.microbatches):
@@ -129,6 +159,41 @@ def check_sequence_split(plan: Plan, tokens: int) -> None:
             f"--sp: a micro-batch's {tokens:,} tokens do not split evenly over --tp {plan.tp} devices",
             param="--sp",
         )
+
+
+def check_context_split(plan: Plan, phase: str, context: int, *, fused: bool) -> None:
+    """Context parallelism cuts each prompt into 2·cp chunks (two a device, Megatron's load
+    balance): the context must divide; decode (one new token a sequence) has nothing to cut, and
+    the ring runs fused attention kernels (TransformerEngine's flash and cuDNN backends)."""
+    c = plan.cp
+    if c == 1:
+        return
+    if phase == DECODE:
+        raise InputError(
+            f"--cp {c}: context parallelism splits a prompt's tokens; decode runs one token a "
+            "sequence (use --phase prefill or train)",
+            param="--cp",
+        )
+    if context % (2 * c):
+        raise InputError(
+            f"--cp {c}: --context {context:,} does not split into 2 × {c} = {2 * c} equal chunks",
+            param="--cp",
+        )
+    if not fused:
+        raise InputError(
+            f"--cp {c} runs fused attention (TransformerEngine's context parallelism has no unfused "
+            "backend): not with --unfused",
+            param="--cp",
+        )
+
+
+def context_memory(mem: M, cp: int) -> M:
+    """A device's memory under context parallelism, computed at its context/cp tokens of each
+    sequence, with the largest context as ``--context`` counts it: cp times the device's, down to
+    whole 2·cp chunks. The ring's K/V blocks in flight (two of the device's own size) are left out."""
+    if cp == 1 or not mem.max_context:
+        return mem
+    return replace(mem, max_context=mem.max_context * cp // (2 * cp) * (2 * cp))
 
 
 def stages(layers: int, pp: int) -> list[tuple[int, int]]:

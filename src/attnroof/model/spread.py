@@ -27,6 +27,9 @@ bound, because no overlap removes it (an interleaved or zero-bubble schedule wou
 Per-device figures are the slowest stage's device (the one that sets the pace). The collectives
 a stage adds are built in :mod:`attnroof.model.comms` (:mod:`attnroof.model.train_spread` for a
 training step's), on :mod:`attnroof.model.parallel`'s layout.
+
+Length: a stage's and a step's figures, the bound's and the estimate's, side by side in one
+module, so that the bound is seen never to exceed the estimate.
 """
 
 from __future__ import annotations
@@ -37,12 +40,20 @@ from typing import Any
 
 from attnroof.devices.links import Links
 from attnroof.model.analysis import OpResult, place_op
-from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, stage_comms
+from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, exposed_beyond, stage_comms
 from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
 from attnroof.model.notes import step_notes
-from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, stages
+from attnroof.model.parallel import (
+    Plan,
+    Shard,
+    check_context_split,
+    check_plan,
+    check_sequence_split,
+    context_memory,
+    stages,
+)
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
@@ -115,12 +126,15 @@ class StageResult:
     def time_s(self) -> float:
         """The estimate: compute then communication, or, overlapped, per layer kind and pass the
         longest of the kernels and each link's collectives (a forward's collectives hide behind the forward's
-        kernels, a backward's behind the backward's; two links carry their traffic at once)."""
+        kernels, a backward's behind the backward's; two links carry their traffic at once); a
+        collective only attention can hide (the K/V ring) adds what outlasts the attention kernels."""
         if not self.overlap:
             return self.compute_time_s + self.comm_time_s
         compute, comm = self._by_pass()
+        exposed = exposed_beyond(self.comms, self.ops, self.passes or ("",) * len(self.ops))
         return sum(
-            max([compute.get(k, 0.0), *comm.get(k, {}).values()]) for k in compute.keys() | comm.keys()
+            max([compute.get(k, 0.0) + exposed.get(k, 0.0), *comm.get(k, {}).values()])
+            for k in compute.keys() | comm.keys()
         )
 
     @property
@@ -315,22 +329,24 @@ def spread(
 ) -> Spread:
     """One ``phase`` step of ``batch`` sequences on ``plan.devices`` devices."""
     check_plan(model, plan, batch)
+    check_context_split(plan, phase, context, fused=options.get("fused", True))
     p = prec or Precision()
     replica = batch // plan.dp
     micro = replica // plan.microbatches
-    check_sequence_split(plan, micro if phase == DECODE else micro * context)
+    here = context // plan.cp  # context parallelism: the device's tokens of each sequence
+    check_sequence_split(plan, micro if phase == DECODE else micro * here)
     ranges = stages(model.layers, plan.pp)
     out = []
     for i, (first, stop) in enumerate(ranges):
-        shard = Shard(plan.tp, plan.ep, first, stop, plan.sp)
+        shard = Shard(plan.tp, plan.ep, first, stop, plan.sp, plan.cp)
         last = i == len(ranges) - 1
-        ops = model_ops(model, phase, micro, context, p, shard=shard, **options)
-        step = Step(phase, micro, context, p)
+        ops = model_ops(model, phase, micro, here, p, shard=shard, **options)
+        step = Step(phase, micro, here, p)
         comms = stage_comms(model, plan, shard, step, links, last=last)
-        mem = memory(
-            model, phase, replica, context, p, capacity_bytes, fused=options.get("fused", True),
+        mem = context_memory(memory(
+            model, phase, replica, here, p, capacity_bytes, fused=options.get("fused", True),
             routing=options.get("routing", "uniform"), shard=shard,
-        )  # fmt: skip
+        ), plan.cp)  # fmt: skip
         out.append(
             StageResult(first, stop, tuple(place_op(o, roof) for o in ops), tuple(comms), mem, plan.overlap)
         )

@@ -20,7 +20,8 @@ from attnroof.units import GB, duration
 
 def plan_line(s: Spread) -> str:
     p = s.plan
-    parts = [f"TP {p.tp}", f"PP {p.pp}", f"DP {p.dp}"] + ([f"EP {p.ep}"] if p.ep > 1 else [])
+    parts = [f"TP {p.tp}", *([f"CP {p.cp}"] if p.cp > 1 else []), f"PP {p.pp}", f"DP {p.dp}"]
+    parts += [f"EP {p.ep}"] if p.ep > 1 else []
     extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
     if p.zero:
         extra.insert(0, f"ZeRO {p.zero}")
