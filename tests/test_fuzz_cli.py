@@ -273,6 +273,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                 ]
                 out += ["--zero", draw(st.sampled_from(["0", "1", "2", "3"]))]
                 out += _flag(draw, "--overlap") + _flag(draw, "--sp")
+                out += ["--cp", draw(st.sampled_from(["1", "2"]))]  # context parallelism
         else:
             if draw(st.booleans()):
                 out += ["--sweep-batch", draw(st.sampled_from(["1,8,64", "1..256", "2"]))]
@@ -297,6 +298,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                     draw(st.sampled_from(["1", "2"])),
                 ]
                 out += _flag(draw, "--overlap")
+                out += ["--cp", draw(st.sampled_from(["1", "2"]))]  # context parallelism
             elif plan == "fit":
                 out += ["--fit", *(["--sweep-tp", "1,2"] if draw(st.booleans()) else [])]
             elif plan == "sweep":
