@@ -284,6 +284,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                 if draw(st.booleans()):  # a pipeline under each schedule (some refused)
                     out += ["--pp", "2", "--microbatches", draw(st.sampled_from(["1", "2"]))]
                     out += [*_schedule(draw)]
+                out += ["--cp", draw(st.sampled_from(["1", "2"]))]  # context parallelism
         else:
             if draw(st.booleans()):
                 out += ["--sweep-batch", draw(st.sampled_from(["1,8,64", "1..256", "2"]))]
@@ -308,6 +309,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                     draw(st.sampled_from(["1", "2"])),
                 ]
                 out += _flag(draw, "--overlap") + _schedule(draw)
+                out += ["--cp", draw(st.sampled_from(["1", "2"]))]  # context parallelism
             elif plan == "fit":
                 out += ["--fit", *(["--sweep-tp", "1,2"] if draw(st.booleans()) else [])]
             elif plan == "sweep":

@@ -17,6 +17,9 @@ row is. An entry has:
                         over the group, only the experts its tokens touch read
     sequence_parallel   an element-wise pass on the residual stream: 1/t of the tokens under
                         sequence parallelism
+    context_parallel    attention: it runs under context parallelism, the device's share of
+                        each sequence's queries against the whole sequence's keys (every other
+                        row works token by token and runs on the device's tokens unchanged)
     saved               the bytes its backward pass needs kept from the forward (selective
                         recomputation may keep fewer), and ``saved_split``: the splits under which
                         that input is the sequence-split residual stream (kept 1/t)
@@ -104,6 +107,7 @@ class Operator:
     cuts: Mapping[str, Cut] = field(default_factory=dict)
     routed: bool = False
     sequence_parallel: bool = False
+    context_parallel: bool = False
     saved: Saver | None = None
     saved_split: frozenset[str] = frozenset()
     selective: Callable[[OpInstance, Cost, bool], tuple[str, Cost]] | None = None
@@ -310,11 +314,16 @@ def _attention_kwargs(i: OpInstance, st: Step) -> dict[str, Any]:
 
 def _bind_attention(i: OpInstance, st: Step) -> Call:
     """Prefill: causal attention over the prompt, a windowed layer only the band within its
-    window. Decode: one token per sequence against its cache (the ``decode`` formulas)."""
+    window. Decode: one token per sequence against its cache (the ``decode`` formulas). Under
+    context parallelism (``context_shards`` = C in the shape) the step is one device's: its
+    context tokens are the queries, against the C · context keys of the whole sequence."""
     kw = _attention_kwargs(i, st)
     d = i.shape["head_dim"]
     if st.phase == PREFILL:
-        return Call((st.context, d), {**kw, "causal": True, "window": i.shape.get("window")})
+        kw |= {"causal": True, "window": i.shape.get("window")}
+        if (shards := i.shape.get("context_shards", 1)) > 1:
+            return Call((st.context * shards, d), {**kw, "queries": st.context})
+        return Call((st.context, d), kw)
     return Call((i.cached_tokens(st.context), d), kw, via="decode")
 
 
@@ -367,7 +376,7 @@ def _selective_attention(i: OpInstance, cost: Cost, fused: bool) -> tuple[str, C
 register(
     "attention", attention, kind=ATTENTION, backward=bwd.attention_backward, bind=_bind_attention,
     cuts={HEADS: _cut_attention}, saved=_saved_attention, selective=_selective_attention,
-    heads=_attention_heads, measured_as="attention", weight_gradient=no_weights,
+    heads=_attention_heads, measured_as="attention", weight_gradient=no_weights, context_parallel=True,
 )  # fmt: skip
 register(
     "decode", decode, kind=ATTENTION, backward=bwd.decode_backward, measured_as="attention",

@@ -118,6 +118,14 @@ def spread_step(
     from attnroof.operators import rule
 
     plan = s.plan
+    if plan.cp > 1:
+        from attnroof.errors import InputError
+
+        raise InputError(
+            f"--calibration with --cp {plan.cp}: a calibration measures attention over whole "
+            "sequences, not a context-parallel device's queries against the whole sequence's keys",
+            param="--calibration",
+        )
     micro = args.batch // plan.dp // plan.microbatches
     stages: list[dict[str, Any]] = []
     ops_json: list[dict[str, Any]] = []

@@ -32,6 +32,7 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
             "--dp defaults to the least that does)",
         ),
         ("--dp", "data-parallel replicas, each with batch/D sequences"),
+        ("--cp", "context-parallel degree: each sequence's tokens over C devices, K/V in a ring"),
     ):
         g.add_argument(flag, type=positive_int, metavar=flag[2:].upper(), help=f"{what} (default 1)")
     g.add_argument(
@@ -92,7 +93,7 @@ def add_link_args(g: Any) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "etp", "fit", "sweep_tp", "zero", "virtual_stages")
+    flags = ("tp", "pp", "ep", "dp", "cp", "etp", "fit", "sweep_tp", "zero", "virtual_stages")
     return (
         any(getattr(args, f) not in (None, False) for f in flags)
         or args.sp
@@ -105,13 +106,13 @@ def wants_parallel(args: argparse.Namespace) -> bool:
 def plan_of(args: argparse.Namespace) -> Plan:
     from attnroof.model.parallel import Plan
 
-    tp, ep, etp = args.tp or 1, args.ep or 1, args.etp or 0
-    # by default the fewest replicas the expert grid needs: etp · ep divides tp · dp
-    dp = args.dp if args.dp is not None else math.lcm(tp, (etp or tp) * ep) // tp
+    tp, ep, etp, cp = args.tp or 1, args.ep or 1, args.etp or 0, args.cp or 1
+    # by default the fewest replicas the expert grid needs: etp · ep divides tp · cp · dp
+    dp = args.dp if args.dp is not None else math.lcm(tp * cp, (etp or tp) * ep) // (tp * cp)
     return Plan(
         tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
         overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
-        schedule=args.schedule, virtual_stages=args.virtual_stages or 1,
+        schedule=args.schedule, virtual_stages=args.virtual_stages or 1, cp=cp,
     )  # fmt: skip
 
 
@@ -139,7 +140,7 @@ def run_parallel(job: Any) -> int:
         )
     links = links_of(args, job.device)
     plan = plan_of(args)
-    if plan.zero and plan.dp == 1 and not args.fit:
+    if plan.zero and plan.replicas == 1 and not args.fit:
         raise InputError(
             f"--zero {plan.zero} shards over data-parallel replicas: give --dp 2 or more (or --fit)",
             param="--zero",
@@ -161,7 +162,7 @@ def run_parallel(job: Any) -> int:
             raise InputError(
                 f"--fit tries 1F1B pipelines: not with --schedule {plan.schedule}", param="--fit"
             )
-        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep", "etp") if getattr(args, f) is not None]
+        chosen = [f"--{f}" for f in ("tp", "pp", "dp", "ep", "cp", "etp") if getattr(args, f) is not None]
         if chosen:
             raise InputError(
                 f"--fit chooses the degrees itself: not with {', '.join(chosen)} "

@@ -1,8 +1,25 @@
 """The collectives a step adds, as rows beside its operators: :class:`CommOp` (one collective of
 a stage on its link, how many times a micro-batch runs it, the layer kind and pass it belongs to)
 and the builders a prefill or decode step uses (:func:`stage_comms`) and a training step shares
-(:func:`block_reduce`, :func:`expert_exchange`, :func:`stage_send`; the rest of training's sit in
-:mod:`attnroof.model.train_spread`). The layout of the groups is :mod:`attnroof.model.parallel`'s.
+(:func:`block_reduce`, :func:`expert_exchange`, :func:`stage_send`, :func:`context_ring`; the rest
+of training's sit in :mod:`attnroof.model.train_spread`). The layout of the groups is
+:mod:`attnroof.model.parallel`'s.
+
+Context parallelism's ring (Megatron-LM's context parallelism, TransformerEngine's
+``AttnFuncWithCPAndKVP2P`` in transformer_engine/pytorch/attention/dot_product_attention/
+context_parallel.py, its "p2p" communication type)::
+
+    forward    cp − 1 steps, each sending the device's K and V to the next device while the
+               attention of the block it holds runs: tokens/cp · 2 · kv_heads/t · head_dim · a
+               bytes a step (GQA: the few KV heads), per attention layer
+    backward   K and V go round again and the partial dK, dV (accumulated for every block's
+               owner) come back: twice the forward's bytes, 2(cp − 1) messages' worth (TE sends
+               K, V alone first, K, V with dK, dV in the middle steps, dK, dV alone last)
+    recompute  full recomputation runs the forward's ring again
+
+Each step hides behind the attention kernels only (the ring feeds attention): with
+``--overlap`` the estimate hides it behind the pass's attention, the bound behind all the
+stage's kernels, as it does every collective.
 """
 
 from __future__ import annotations
@@ -16,7 +33,7 @@ from attnroof.model.parallel import Plan, Shard, group_link, local_members
 from attnroof.model.schedules import schedule
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD
-from attnroof.operators import rule
+from attnroof.operators import ATTENTION, rule
 from attnroof.ops import collectives as coll
 from attnroof.ops.collectives import Comm
 
@@ -40,6 +57,8 @@ class CommOp:
     layer_kind: str
     pass_name: str = ""
     """Training: the pass that runs it (forward, recompute, backward, or once a step)."""
+    behind: str = ""
+    """The operator kind whose kernels alone can hide it (the K/V ring: attention); "" for any."""
 
     @property
     def time_s(self) -> float:
@@ -62,6 +81,23 @@ class CommOp:
             "operator": self.comm.collective,
             **({"pass": self.pass_name} if self.pass_name else {}),
         }
+
+
+def exposed_beyond(
+    comms: tuple[CommOp, ...], ops: Any, passes: tuple[str, ...]
+) -> dict[tuple[str, str], float]:
+    """Per (pass, layer kind), what the collectives only attention can hide (``behind``: the K/V
+    ring) leave exposed beyond the attention kernels among ``ops`` (placed, one pass each)."""
+    exposed: dict[tuple[str, str], float] = {}
+    for c in comms:
+        if c.behind:
+            exposed[c.pass_name, c.layer_kind] = (
+                exposed.get((c.pass_name, c.layer_kind), 0.0) + c.count * c.time_s
+            )
+    for o, p in zip(ops, passes, strict=True):
+        if o.attention and (p, o.layer_kind) in exposed:
+            exposed[p, o.layer_kind] -= o.count * o.time_s
+    return {k: max(0.0, t) for k, t in exposed.items()}
 
 
 def block_reduce(
@@ -148,9 +184,35 @@ def stage_send(
     """A pipeline stage's activations (or their gradients) to its neighbour, ``count`` times a
     micro-batch (an interleaved device: once from each of its model chunks but the model's last,
     or, for the gradients, its first)."""
-    link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
+    link = group_link(links, plan.pp, plan.tp * plan.cp * plan.dp, f"--pp {plan.pp}")
     activations = tokens * model.hidden * itemsize / (plan.tp if plan.sp else 1)
     return CommOp(coll.send_recv(activations, 2, name=name), count, link, PIPELINE, pass_name)
+
+
+RING_PASSES = {FORWARD: ("K/V ring step", 1), BACKWARD: ("K/V, dK/dV ring step", 2)}
+"""Per pass, the ring's row name and its messages in local K/V's (the module's table)."""
+
+
+def context_ring(
+    model: ModelConfig, plan: Plan, shard: Shard, tokens: float, itemsize: float, links: Links,
+    pass_name: str = "",
+) -> list[CommOp]:  # fmt: skip
+    """Context parallelism's ring exchange of K and V over the ``plan.cp`` devices of a CP group
+    (the module's table): cp − 1 steps per attention layer, each sending K and V of the device's
+    ``tokens`` (a micro-batch's sequences × context/cp; the TP-cut KV heads); twice that in the
+    backward. ``pass_name`` "" is a prefill's forward."""
+    c = plan.cp
+    if c == 1:
+        return []
+    link = group_link(links, c, plan.tp, f"--cp {c}")
+    name, messages = RING_PASSES[BACKWARD if pass_name == BACKWARD else FORWARD]
+    out = []
+    for row in layer_table(model, shard):
+        if "context_shards" in row.shape:  # an attention row the shard cut for CP
+            local_kv = tokens * row.kv_elements_per_token * itemsize * messages
+            ring = coll.send_recv(local_kv, c, name=name)
+            out.append(CommOp(ring, (c - 1) * row.count, link, row.layer_kind, pass_name, ATTENTION))
+    return out
 
 
 def stage_comms(
@@ -172,6 +234,7 @@ def stage_comms(
             logits = step.tokens("last") * model.vocab * item
             out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))
     out += expert_exchange(model, plan, shard, n, item, links)
+    out += context_ring(model, plan, shard, n, step.prec.kv_itemsize, links)
     sends = schedule(plan.schedule).sends(plan.virtual_stages) - last  # not from the model's last chunk
     if plan.pp > 1 and sends:
         out.append(stage_send(model, plan, n, item, links, "stage send", count=sends))

@@ -26,27 +26,43 @@ pools etp · ep / tp replicas' tokens. With etp = tp this is expert parallelism 
 parallelism (as DeepSeek-V3 deploys it): ``ep`` divides ``dp``. Devices = tp × pp × dp; each
 replica takes batch/dp sequences.
 
-Groups are laid out TP innermost, then DP (with EP inside it), then PP (Megatron's order): a
-group of ``n`` devices ``stride`` apart rides the scale-up link when ``stride · n`` fits in one
-scale-up domain, the scale-out link otherwise.
+Context parallelism (``cp``, Megatron-LM's ``context_parallel_size``; its
+docs/source/api-guide/context_parallel.rst) cuts every sequence into 2·cp chunks and gives
+device i chunks i and 2·cp − 1 − i: every row runs on context/cp tokens of each sequence, and
+attention runs the device's queries against the whole sequence's keys and values, passed round
+the CP group in a ring (:func:`attnroof.model.comms.context_ring`). The CP ranks hold the same
+weights: their gradients are summed with the data-parallel replicas', over dp · cp devices
+(Megatron's ``get_data_parallel_group(with_context_parallel=True)``), ZeRO shards over those
+dp · cp too, and expert parallelism is carved from them (Megatron's expert grid: tp · cp · dp =
+etp · ep · edp, with etp = tp here), so ``ep`` divides ``dp · cp``. Devices = tp × cp × pp × dp.
+
+Groups are laid out TP innermost, then CP, then DP (with EP inside CP × DP), then PP
+(Megatron's ``tp-cp-ep-dp-pp``): a group of ``n`` devices ``stride`` apart rides the scale-up
+link when ``stride · n`` fits in one scale-up domain, the scale-out link otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from attnroof.devices.links import Link, Links
 from attnroof.errors import InputError
 from attnroof.model.schedules import chunks
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
+from attnroof.row import DECODE
+
+M = TypeVar("M")
+"""A device's memory: :class:`attnroof.model.memory.Memory` or a training step's."""
 
 __all__ = [
     "Plan",
     "Shard",
+    "check_context_split",
     "check_plan",
     "check_sequence_split",
+    "context_memory",
     "group_link",
     "local_members",
     "shard_row",
@@ -79,10 +95,17 @@ class Plan:
     """The pipeline schedule (:mod:`attnroof.model.schedules`): 1f1b, interleaved, zb-h1."""
     virtual_stages: int = 1
     """Interleaved: model chunks per device."""
+    cp: int = 1
+    """Context parallelism: each sequence's tokens over ``cp`` devices, K/V passed in a ring."""
 
     @property
     def devices(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def replicas(self) -> int:
+        """The devices that hold the same weights and sum their gradients: dp · cp."""
+        return self.dp * self.cp
 
     @property
     def expert_tp(self) -> int:
@@ -90,13 +113,17 @@ class Plan:
 
     @property
     def edp(self) -> int:
-        """Expert data-parallel degree: the replicas of each expert, tp · dp / (etp · ep)."""
-        return self.tp * self.dp // (self.expert_tp * self.ep)
+        """Expert data-parallel degree: the replicas of each expert, tp · cp · dp / (etp · ep)
+        (Megatron's expert grid folds the TP × CP × DP devices)."""
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     def shard(self, first: int, stop: int, more: tuple[tuple[int, int], ...] = ()) -> Shard:
         """What one device of the stage holding layers ``first`` to ``stop − 1`` holds (and, in
         an interleaved schedule, the further chunks ``more``)."""
-        return Shard(self.tp, self.ep, first, stop, self.sp, self.etp, self.expert_imbalance, more)
+        return Shard(
+            self.tp, self.ep, first, stop, self.sp, etp=self.etp, imbalance=self.expert_imbalance, more=more,
+            cp=self.cp,
+        )  # fmt: skip
 
     @property
     def single(self) -> bool:
@@ -109,6 +136,7 @@ class Plan:
             "pp": self.pp,
             "ep": self.ep,
             "dp": self.dp,
+            "cp": self.cp,
             "devices": self.devices,
             "sequence_parallel": self.sp,
             "microbatches": self.microbatches,
@@ -124,7 +152,13 @@ class Plan:
 
 def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
     """:class:`InputError`, naming the flag, for a plan the model or batch cannot take."""
-    for flag, v in (("--tp", plan.tp), ("--pp", plan.pp), ("--ep", plan.ep), ("--dp", plan.dp)):
+    for flag, v in (
+        ("--tp", plan.tp),
+        ("--pp", plan.pp),
+        ("--ep", plan.ep),
+        ("--dp", plan.dp),
+        ("--cp", plan.cp),
+    ):
         if v < 1:
             raise InputError(f"{flag} {v} must be a whole number ≥ 1", param=flag)
     heads = model.heads
@@ -154,7 +188,7 @@ def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
 
 def check_experts(model: ModelConfig, plan: Plan) -> None:
     """Megatron-LM's expert grid (parallel_state.py: ETP × EP × EDP × PP = the world): ETP × EP
-    divides a stage's TP × DP devices; ETP divides the expert width (its linear layers' cut);
+    divides a stage's TP × CP × DP devices; ETP divides the expert width (its linear layers' cut);
     the imbalance F is ≥ 1 and at most EP (the busiest device takes at most every token)."""
     e, ep, f = plan.expert_tp, plan.ep, plan.expert_imbalance
     if plan.etp and model.experts is None:
@@ -179,11 +213,13 @@ def check_experts(model: ModelConfig, plan: Plan) -> None:
         raise InputError(
             f"--etp {e} does not divide the model's expert width {model.experts.width}", param="--etp"
         )
-    if (plan.tp * plan.dp) % (e * ep):
+    stage = plan.tp * plan.cp * plan.dp
+    if stage % (e * ep):
         flag = "--ep" if plan.etp in (0, plan.tp) else "--etp"
+        grid, replicas = ("--tp × --dp", "--dp") if plan.cp == 1 else ("--tp × --cp × --dp", "--dp × --cp")
         raise InputError(
-            f"--etp {e} × --ep {ep} = {e * ep} must divide --tp × --dp = {plan.tp * plan.dp}, a stage's "
-            "devices (Megatron's expert grid ETP × EP × EDP; with --etp = --tp: --ep must divide --dp)",
+            f"--etp {e} × --ep {ep} = {e * ep} must divide {grid} = {stage}, a stage's devices "
+            f"(Megatron's expert grid ETP × EP × EDP; with --etp = --tp: --ep must divide {replicas})",
             param=flag,
         )
 
@@ -195,6 +231,41 @@ def check_sequence_split(plan: Plan, tokens: int) -> None:
             f"--sp: a micro-batch's {tokens:,} tokens do not split evenly over --tp {plan.tp} devices",
             param="--sp",
         )
+
+
+def check_context_split(plan: Plan, phase: str, context: int, *, fused: bool) -> None:
+    """Context parallelism cuts each prompt into 2·cp chunks (two a device, Megatron's load
+    balance): the context must divide; decode (one new token a sequence) has nothing to cut, and
+    the ring runs fused attention kernels (TransformerEngine's flash and cuDNN backends)."""
+    c = plan.cp
+    if c == 1:
+        return
+    if phase == DECODE:
+        raise InputError(
+            f"--cp {c}: context parallelism splits a prompt's tokens; decode runs one token a "
+            "sequence (use --phase prefill or train)",
+            param="--cp",
+        )
+    if context % (2 * c):
+        raise InputError(
+            f"--cp {c}: --context {context:,} does not split into 2 × {c} = {2 * c} equal chunks",
+            param="--cp",
+        )
+    if not fused:
+        raise InputError(
+            f"--cp {c} runs fused attention (TransformerEngine's context parallelism has no unfused "
+            "backend): not with --unfused",
+            param="--cp",
+        )
+
+
+def context_memory(mem: M, cp: int) -> M:
+    """A device's memory under context parallelism, computed at its context/cp tokens of each
+    sequence, with the largest context as ``--context`` counts it: cp times the device's, down to
+    whole 2·cp chunks. The ring's K/V blocks in flight (two of the device's own size) are left out."""
+    if cp == 1 or not mem.max_context:
+        return mem
+    return replace(mem, max_context=mem.max_context * cp // (2 * cp) * (2 * cp))
 
 
 def stages(layers: int, pp: int) -> list[tuple[int, int]]:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from attnroof.operators import rule
+from attnroof.errors import InputError
+from attnroof.operators import ATTENTION, rule
 from attnroof.row import REPLICATED, OpInstance
 
 
 @dataclass(frozen=True, slots=True)
 class Shard:
     """What one device holds: a TP slice of layers ``first`` to ``stop − 1``, 1/ep of the experts
-    (each cut over ``etp`` devices; 0: over the TP degree, Megatron-LM's default)."""
+    (each cut over ``etp`` devices; 0: over the TP degree, Megatron-LM's default); under context
+    parallelism (``cp`` > 1) 1/cp of each sequence's tokens."""
 
     tp: int
     ep: int
@@ -28,6 +30,7 @@ class Shard:
     more: tuple[tuple[int, int], ...] = ()
     """An interleaved schedule's further model chunks on this device: layer ranges (first, stop)
     after ``first``–``stop``, its first chunk."""
+    cp: int = 1
 
     @property
     def expert_tp(self) -> int:
@@ -56,9 +59,20 @@ def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
     """One device's part of a layer-table row: its shape and parameters cut by ``shard.tp`` as its
     operator's entry cuts its split (:mod:`attnroof.operators`), experts cut by ``shard.etp`` and
     spread over ``shard.ep`` (the busiest device's routed rows ``shard.imbalance`` × the mean),
-    element-wise passes on 1/t of the tokens under sequence parallelism; so that the operator
-    table costs exactly what the device runs."""
+    element-wise passes on 1/t of the tokens under sequence parallelism, attention told that its
+    keys span ``shard.cp`` devices' tokens (the step itself is the device's share of the
+    context); so that the operator table costs exactly what the device runs."""
     entry = rule(row)
+    if shard.cp > 1 and entry.kind == ATTENTION:
+        if not entry.context_parallel:
+            raise entry.lacks(f"rule for context parallelism (row {row.name!r} under --cp {shard.cp})")
+        if row.shape.get("window") is not None:
+            raise InputError(
+                f"--cp {shard.cp}: the ring exchange of K/V does not run sliding-window attention "
+                f"(row {row.name!r}, window {row.shape['window']:,}; TransformerEngine's p2p context "
+                "parallelism refuses it)",
+                param="--cp",
+            )
     t = shard.expert_tp if entry.routed else shard.tp  # experts: cut over the expert-TP group
     shape, frac = entry.cut(row, t)  # frac: the share of the row's parameters kept
     if entry.routed and (shard.ep > 1 or t != shard.tp):
@@ -68,6 +82,8 @@ def shard_row(row: OpInstance, shard: Shard) -> OpInstance:
         shape["imbalance"] = shard.imbalance
     if shard.sp and entry.sequence_parallel and row.split == REPLICATED and row.per_layer:
         shape["sequence_shards"] = shard.tp
+    if shard.cp > 1 and entry.kind == ATTENTION:
+        shape["context_shards"] = shard.cp
     return replace(
         row,
         shape=shape,

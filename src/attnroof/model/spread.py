@@ -42,12 +42,18 @@ from typing import Any
 
 from attnroof.devices.links import Links
 from attnroof.model.analysis import OpResult, place_op
-from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, stage_comms
+from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, exposed_beyond, stage_comms
 from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
 from attnroof.model.notes import step_notes
-from attnroof.model.parallel import Plan, check_plan, check_sequence_split
+from attnroof.model.parallel import (
+    Plan,
+    check_context_split,
+    check_plan,
+    check_sequence_split,
+    context_memory,
+)
 from attnroof.model.schedules import check_schedule, device_chunks, schedule
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import TRAIN
@@ -130,12 +136,15 @@ class StageResult:
     def time_s(self) -> float:
         """The estimate: compute then communication, or, overlapped, per layer kind and pass the
         longest of the kernels and each link's collectives (a forward's collectives hide behind the forward's
-        kernels, a backward's behind the backward's; two links carry their traffic at once)."""
+        kernels, a backward's behind the backward's; two links carry their traffic at once); a
+        collective only attention can hide (the K/V ring) adds what outlasts the attention kernels."""
         if not self.overlap:
             return self.compute_time_s + self.comm_time_s
         compute, comm = self._by_pass()
+        exposed = exposed_beyond(self.comms, self.ops, self.passes or ("",) * len(self.ops))
         return sum(
-            max([compute.get(k, 0.0), *comm.get(k, {}).values()]) for k in compute.keys() | comm.keys()
+            max([compute.get(k, 0.0) + exposed.get(k, 0.0), *comm.get(k, {}).values()])
+            for k in compute.keys() | comm.keys()
         )
 
     @property
@@ -334,22 +343,24 @@ def spread(
     """One ``phase`` step of ``batch`` sequences on ``plan.devices`` devices."""
     check_plan(model, plan, batch)
     check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=False)
+    check_context_split(plan, phase, context, fused=options.get("fused", True))
     p = prec or Precision()
     replica = batch // plan.dp
     micro = replica // plan.microbatches
-    check_sequence_split(plan, micro if phase == DECODE else micro * context)
+    here = context // plan.cp  # context parallelism: the device's tokens of each sequence
+    check_sequence_split(plan, micro if phase == DECODE else micro * here)
     devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
     out = []
     for i, ((first, stop), *more) in enumerate(devices):
         shard = plan.shard(first, stop, tuple(more))
         last = i == len(devices) - 1
-        ops = model_ops(model, phase, micro, context, p, shard=shard, **options)
-        step = Step(phase, micro, context, p)
+        ops = model_ops(model, phase, micro, here, p, shard=shard, **options)
+        step = Step(phase, micro, here, p)
         comms = stage_comms(model, plan, shard, step, links, last=last)
-        mem = memory(
-            model, phase, replica, context, p, capacity_bytes, fused=options.get("fused", True),
+        mem = context_memory(memory(
+            model, phase, replica, here, p, capacity_bytes, fused=options.get("fused", True),
             routing=options.get("routing", "uniform"), shard=shard,
-        )  # fmt: skip
+        ), plan.cp)  # fmt: skip
         placed = tuple(place_op(o, roof) for o in ops)
         out.append(StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, more=tuple(more)))
     notes = step_notes(

@@ -21,6 +21,10 @@ Collectives of one device, per micro-batch unless marked *step* (once, after the
                  backward, last      the LM head input's gradient           tokens · hidden · a
     EP           every pass          all-to-all dispatch and combine per    tokens · top_k · hidden · a / t
                                      MoE layer
+    CP           forward, recompute  K/V ring: cp − 1 sends per attention   tokens · 2 · kv_heads/t · d · a
+                                     layer (:func:`attnroof.model.comms.
+                                     context_ring`)
+                 backward            K/V and dK/dV: cp − 1 sends            twice that
     PP           forward / backward  activations to the next stage (all     tokens · hidden · a
                                      but the last) / their gradients to
                                      the previous (all but the first)
@@ -39,7 +43,8 @@ Collectives of one device, per micro-batch unless marked *step* (once, after the
                                      of the gradients
 
 (``a`` the activation bytes, ``N`` the device's parameters of its TP/PP shard, ``g`` and ``w`` the
-gradient and weight bytes.) At one micro-batch ZeRO 1 and 2 send what an all-reduce sends, and
+gradient and weight bytes; ``tokens`` a micro-batch's on the device, context/cp of each sequence.
+Under context parallelism "DP" is the dp · cp devices that hold the same weights.) At one micro-batch ZeRO 1 and 2 send what an all-reduce sends, and
 ZeRO 3 half as much again, the ZeRO paper's 1.5× (Rajbhandari et al. 2020, section 7). Expert
 weights sync over their own group: the ``dp/ep`` replicas that hold the same experts. ZeRO 2 and
 3 under a pipeline sync every micro-batch (DeepSpeed refuses the pairing; FSDP with a pipeline,
@@ -65,12 +70,21 @@ from attnroof.model.comms import (
     WEIGHT_GATHER,
     CommOp,
     block_reduce,
+    context_ring,
     expert_exchange,
     stage_send,
 )
 from attnroof.model.costs import Op
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
-from attnroof.model.parallel import Plan, Shard, check_plan, check_sequence_split, group_link
+from attnroof.model.parallel import (
+    Plan,
+    Shard,
+    check_context_split,
+    check_plan,
+    check_sequence_split,
+    context_memory,
+    group_link,
+)
 from attnroof.model.schedules import check_schedule, device_chunks, schedule
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
@@ -153,15 +167,13 @@ def dp_comms(
     step: list[CommOp] = []
     experts = expert_params(model, shard)
     groups = (  # (parameters, replicas that hold them, stride between those replicas, whose)
-        (params(model, shard) - experts, plan.dp, plan.tp, ""),
+        (params(model, shard) - experts, plan.replicas, plan.tp, ""),  # dp · cp (Megatron's dp_cp)
         (experts, plan.edp, plan.expert_tp * plan.ep, "expert "),  # ETP, EP inside each EDP group
     )
     for n_params, d, stride, whose in groups:
         if d == 1 or n_params == 0:
             continue
-        link = group_link(
-            links, d, stride, f"--dp {d}" if not whose else f"expert data parallelism (EDP {d})"
-        )
+        link = group_link(links, d, stride, _sync_group(plan, d, whose))
         grads, weights = n_params * prec.grad_itemsize, n_params * prec.weight_itemsize
         reduce_ = coll.all_reduce(grads, d, name=f"{whose}gradient all-reduce")
         scatter = coll.reduce_scatter(grads, d, name=f"{whose}gradient reduce-scatter")
@@ -182,6 +194,13 @@ def dp_comms(
     return micro, step
 
 
+def _sync_group(plan: Plan, d: int, whose: str) -> str:
+    """The flags that make a sync group of ``d`` devices, for an error naming them."""
+    if whose:
+        return f"expert data parallelism (EDP {d})"
+    return f"--dp {d}" if plan.cp == 1 else f"--dp × --cp = {d}"
+
+
 def tied_embedding_sync(
     model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links, *, last: bool
 ) -> list[CommOp]:
@@ -189,7 +208,7 @@ def tied_embedding_sync(
     Megatron-LM keeps one) sum their gradients once a step, an all-reduce between the two."""
     if not model.tied or plan.pp == 1 or not (shard.first == 0 or last):
         return []
-    link = group_link(links, plan.pp, plan.tp * plan.dp, f"--pp {plan.pp}")
+    link = group_link(links, plan.pp, plan.tp * plan.cp * plan.dp, f"--pp {plan.pp}")
     grads = -(-model.vocab // plan.tp) * model.hidden * prec.grad_itemsize
     return [CommOp(coll.all_reduce(grads, 2, name="tied embedding all-reduce"), 1, link, GRADIENT_SYNC, STEP)]
 
@@ -221,21 +240,24 @@ def train_spread(
         raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
     check_plan(model, plan, batch)
     check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=True)
+    check_context_split(plan, TRAIN, context, fused=fused)
     sched = schedule(plan.schedule)
     p = prec or TrainPrecision()
     micro = batch // plan.dp // plan.microbatches
-    check_sequence_split(plan, micro * context)
-    zero = Zero(plan.zero, plan.dp, plan.ep, plan.edp)
+    here = context // plan.cp  # context parallelism: the device's tokens of each sequence
+    check_sequence_split(plan, micro * here)
+    zero = Zero(plan.zero, plan.replicas, plan.ep, plan.edp)  # the optimizer sharded over dp · cp
     out = []
     devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
     for i, ((first, stop), *more) in enumerate(devices):
         shard = plan.shard(first, stop, tuple(more))
         last = i == len(devices) - 1
-        placed, passes, weight_grad_s = placed_stage(model, micro, context, p, fused, recompute, shard, roof)
-        tokens = micro * context
+        placed, passes, weight_grad_s = placed_stage(model, micro, here, p, fused, recompute, shard, roof)
+        tokens = micro * here
         comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
         for pass_name in layer_passes(recompute):
             comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, pass_name)
+            comms += context_ring(model, plan, shard, tokens, p.itemsize, links, pass_name)
         sends = sched.sends(plan.virtual_stages)  # each way, but from the model's last (first) chunk
         for name, pass_name, n in (
             ("activations send", FORWARD, sends - last),
@@ -245,10 +267,10 @@ def train_spread(
                 comms.append(stage_send(model, plan, tokens, p.itemsize, links, name, pass_name, n))
         micro_sync, step_sync = dp_comms(model, plan, shard, p, links)
         step_sync += tied_embedding_sync(model, plan, shard, p, links, last=last)
-        mem = train_memory(
-            model, micro, context, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
+        mem = context_memory(train_memory(
+            model, micro, here, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
             zero=zero, in_flight=sched.in_flight(i, plan.pp, plan.microbatches, plan.virtual_stages),
-        )  # fmt: skip
+        ), plan.cp)  # fmt: skip
         comms += micro_sync
         stage = StageResult(
             first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync),

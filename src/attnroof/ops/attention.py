@@ -115,6 +115,17 @@ def _check(
     validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
 
 
+def _queries(s: Num, queries: Num | None, window: Num | None) -> Num:
+    """The queries of one device: all ``s``, or its ``queries`` under context parallelism (not
+    with a sliding window, whose band :func:`kept_scores` counts over the whole sequence)."""
+    if queries is None:
+        return s
+    validate.size("queries", queries)
+    if window is not None:
+        raise InputError("a sliding window with queries on a share of the sequence", param="window")
+    return queries
+
+
 def _check_widths(d_v: Num | None, window: Num | None, causal: bool) -> None:
     if d_v is not None:
         validate.size("d_v", d_v)
@@ -185,6 +196,7 @@ def attention(
     mask_pass: bool = False,
     d_v: Num | None = None,
     window: Num | None = None,
+    queries: Num | None = None,
 ) -> Cost:
     """Attention forward over a sequence of length ``s`` (prefill), head dimension ``d``.
 
@@ -198,6 +210,12 @@ def attention(
     (default ``d``) is the width of V and O; a ``window`` (causal only) keeps each query's last
     ``window`` keys.
 
+    ``queries`` (default ``s``): the queries one device holds under context parallelism, s/C
+    of them against all ``s`` keys and values (Megatron-LM's context parallelism: two chunks of
+    s/2C each, i and 2C − 1 − i, so that every device computes the same ½·(s/C)·s causal
+    scores, 1/C of the whole; TransformerEngine's ``AttnFuncWithCPAndKVP2P``). Q and O are
+    the device's own; K and V of the whole sequence pass through it.
+
     >>> attention(8192, 128).flops          # s²(4d + 5), part A2
     34695282688
     >>> attention(8192, 128).bytes          # 2·(4sd + 4s²), part B1
@@ -206,11 +224,14 @@ def attention(
     8388608
     >>> attention(1, 128, causal=True).flops   # ⌈1/2⌉ = 1 score: 2·128 + 5 + 2·128, never 258.5
     517
+    >>> whole = attention(8192, 128, causal=True, fused=True)
+    >>> attention(8192, 128, causal=True, fused=True, queries=2048).flops * 4 == whole.flops  # C = 4
+    True
     """
     _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
     _check_widths(d_v, window, causal)
     one = _attention(
-        s,
+        _queries(s, queries, window),
         s,
         d,
         fused=fused,

@@ -44,7 +44,7 @@ from __future__ import annotations
 from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
-from attnroof.ops.attention import _check, kept_scores
+from attnroof.ops.attention import _check, _queries, kept_scores
 from attnroof.ops.experts import UNIFORM, expert_share, touched_experts
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
@@ -163,10 +163,13 @@ def attention_backward(
     mask_pass: bool = False,
     window: Num | None = None,
     d_v: Num | None = None,
+    queries: Num | None = None,
 ) -> Cost:
     """Attention backward over a sequence of length ``s``, head dimension ``d``: the gradients of
     Q, K and V from that of O. Arguments as :func:`attnroof.ops.attention`'s (``mask_pass`` is
-    accepted and changes nothing: the backward skips the masked tiles either way).
+    accepted and changes nothing: the backward skips the masked tiles either way). Under context
+    parallelism (``queries`` = s/C) dQ is the device's own and dK, dV are partial sums for the
+    whole sequence, which the ring carries back to their owners.
 
     >>> attention_backward(8192, 128, fused=True, softmax_flops_per_element=0).flops  # 10·s²·d
     85899345920
@@ -175,7 +178,7 @@ def attention_backward(
     """
     _check(s, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
     one = _attention_backward(
-        s,
+        _queries(s, queries, window),
         s,
         d,
         fused=fused,
