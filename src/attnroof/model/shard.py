@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from attnroof.errors import InputError
+from attnroof.model.spec import ModelConfig
 from attnroof.operators import ATTENTION, rule
 from attnroof.row import REPLICATED, OpInstance
 
@@ -53,6 +54,18 @@ class Shard:
     def layers(self) -> int:
         """How many layers the device holds."""
         return sum(stop - first for first, stop in self.ranges)
+
+
+def standing_for(model: ModelConfig, shard: Shard) -> Shard:
+    """A shard that costs exactly as ``shard`` does, chosen so that equal ones meet in a cache:
+    when every layer of the model is of one kind and the device holds one chunk, any n middle
+    layers cost alike, so n layers at the model's start, at its end, or in between (the first
+    from layer 1) stand for every such stage. Otherwise ``shard`` itself."""
+    if shard.more or len(model.layer_kinds()) != 1:
+        return shard
+    n, last = shard.stop - shard.first, model.layers
+    first = 0 if shard.first == 0 else last - n if shard.stop == last else 1
+    return replace(shard, first=first, stop=first + n)
 
 
 def shard_row(row: OpInstance, shard: Shard) -> OpInstance:

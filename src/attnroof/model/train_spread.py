@@ -85,7 +85,8 @@ from attnroof.model.parallel import (
     context_memory,
     group_link,
 )
-from attnroof.model.schedules import check_schedule, device_chunks, schedule
+from attnroof.model.schedules import ZB_H1, check_schedule, device_chunks, schedule
+from attnroof.model.shard import standing_for
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
@@ -252,7 +253,9 @@ def train_spread(
     for i, ((first, stop), *more) in enumerate(devices):
         shard = plan.shard(first, stop, tuple(more))
         last = i == len(devices) - 1
-        placed, passes, weight_grad_s = placed_stage(model, micro, here, p, fused, recompute, shard, roof)
+        placed, passes, weight_grad_s = placed_stage(
+            model, micro, here, p, fused, recompute, shard, roof, weight_grads=plan.schedule == ZB_H1
+        )
         tokens = micro * here
         comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
         for pass_name in layer_passes(recompute):
@@ -283,29 +286,27 @@ def train_spread(
 
 def placed_stage(
     model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
-    shard: Shard, roof: Roof,
+    shard: Shard, roof: Roof, *, weight_grads: bool = True,
 ) -> tuple[tuple[OpResult, ...], tuple[str, ...], float]:  # fmt: skip
     """A stage's training operators on the roof, the pass of each, and its weight gradients'
-    time (:func:`weight_grad_time`): the same for every plan that runs this shard at this
+    time (:func:`weight_grad_time`; 0 unless ``weight_grads``: only a zero-bubble schedule reads
+    it): the same for every plan that runs this shard at this
     micro-batch — and, when every layer is of one kind and the device holds one chunk, for every
     stage of as many layers that holds the same end of the model (the embedding, the head or
     neither) — which a plan search asks for once per ZeRO stage, data-parallel degree and
     micro-batch count (:mod:`attnroof.model.search`)."""
-    n, last = shard.stop - shard.first, model.layers
-    if not shard.more and len(model.layer_kinds()) == 1:  # any n middle layers cost alike
-        first = 0 if shard.first == 0 else last - n if shard.stop == last else 1
-        shard = replace(shard, first=first, stop=first + n)
-    return _placed_stage(model, micro, context, prec, fused, recompute, shard, roof)
+    shard = standing_for(model, shard)
+    return _placed_stage(model, micro, context, prec, fused, recompute, shard, roof, weight_grads)
 
 
 @functools.lru_cache(maxsize=65536)
 def _placed_stage(
     model: ModelConfig, micro: int, context: int, prec: TrainPrecision, fused: bool, recompute: str,
-    shard: Shard, roof: Roof,
+    shard: Shard, roof: Roof, weight_grads: bool,
 ) -> tuple[tuple[OpResult, ...], tuple[str, ...], float]:  # fmt: skip
     ops = train_ops(model, micro, context, prec, fused=fused, recompute=recompute, shard=shard)
     placed = tuple(place_op(o, roof) for _, o in ops)
-    return placed, tuple(name for name, _ in ops), weight_grad_time(ops, roof)
+    return placed, tuple(name for name, _ in ops), weight_grad_time(ops, roof) if weight_grads else 0.0
 
 
 def weight_grad_time(ops: list[tuple[str, Op]], roof: Roof) -> float:

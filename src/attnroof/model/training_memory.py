@@ -33,9 +33,10 @@ of the logits that some loss implementations make.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from attnroof.cost import Num
 from attnroof.model.layers import (
@@ -51,14 +52,12 @@ from attnroof.model.layers import (
     params,
 )
 from attnroof.model.memory import _largest
+from attnroof.model.shard import Shard, standing_for
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
 from attnroof.operators import rule
 from attnroof.ops.backward import FP32_BYTES
 from attnroof.row import Saving
-
-if TYPE_CHECKING:
-    from attnroof.model.parallel import Shard
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +114,19 @@ def _largest_layer(rows: list[OpInstance], saved: Callable[[OpInstance], Num]) -
     for kinds in ((LOCAL, GLOBAL), (DENSE_MLP, MOE)):
         every += max((sum(saved(i) for i in rows if i.layer_kind == k) for k in kinds), default=0)
     return every
+
+
+@functools.lru_cache(maxsize=65536)
+def _activations(
+    model: ModelConfig, batch: int, context: int, itemsize: float, fused: bool, recompute: str,
+    shard: Shard | None,
+) -> dict[str, Num]:  # fmt: skip
+    """:func:`activation_bytes` of whole numbers, kept: a plan search asks for the same stage at
+    the same micro-batch once per ZeRO stage, replica count and micro-batch count (a stage
+    standing for its like, :func:`attnroof.model.shard.standing_for`). Read, never changed."""
+    if shard is not None:
+        shard = standing_for(model, shard)
+    return activation_bytes(model, batch, context, itemsize, fused=fused, recompute=recompute, shard=shard)
 
 
 def activation_bytes(
@@ -250,7 +262,10 @@ def train_memory(
 
     def act(b: int, c: int) -> dict[str, Num]:
         """Every micro-batch in flight keeps its own; one layer at a time is recomputed."""
-        a = activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute, shard=shard)
+        if isinstance(b, int) and isinstance(c, int):
+            a = _activations(model, b, c, prec.itemsize, fused, recompute, shard)
+        else:  # arrays (a grid): nothing to keep
+            a = activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute, shard=shard)
         layers = a["total"] - a["working"] - a["head"]
         return {**a, "total": in_flight * layers + a["head"] + a["working"]}
 
