@@ -10,31 +10,40 @@ import pytest
 from attnroof.errors import InputError
 from attnroof.model.config import builtin
 from attnroof.model.parallel import Plan
-from attnroof.model.search import NOT_FIT, Option, options, parse_where
+from attnroof.model.search import NOT_FIT, NOT_SCHEDULE, NOT_SEQUENCE, Option, options, parse_where
 from conftest import assert_one_line_error, run_cli
 from test_train_parallel import LLAMA3_405B
 
 L70 = ("--model", "llama-3.1-70b", "--device", "h100")
 
 
-def test_the_candidates_of_eight_devices_by_hand():
-    """Llama-3.1-8B (32 heads on 8 KV heads, 32 layers), training 8 sequences on up to 2 devices:
-    n = 1: TP 1 PP 1 DP 1, 4 micro-batch counts (1, 2, 4, 8) × 3 recomputations = 12;
-    n = 2: TP 1 × PP 2 (DP 1: 4 counts × 3) = 12, TP 1 × DP 2 (4 sequences a replica: 3 counts ×
-    4 ZeRO stages × 3) = 36, TP 2 (4 × 3) = 12. 72 in all, none rejected."""
+def test_the_candidates_of_two_devices_by_hand():
+    """Llama-3.1-8B (32 heads on 8 KV heads, 32 layers), training 8 sequences of 8192 on up to 2
+    devices; micro-batch counts are the divisors of a replica's sequences, × 3 recomputations:
+    n = 1: 4 counts (1, 2, 4, 8) × 3 = 12;
+    n = 2: TP 2: 12; DP 2 (4 sequences a replica: 3 counts) × ZeRO 0–3 × 3 = 36; CP 2 (8192 cuts
+    into 4 chunks; its 2 devices hold the same weights, so ZeRO applies): 4 × 4 × 3 = 48;
+    PP 2: 1F1B at 4 counts, ZB-H1 at 4, interleaved with 2 and with 4 chunks a device at the 3
+    counts that are multiples of 2 (32 layers split into 4 and 8 chunks) = 14 schedules × 3 = 42
+    — the 2 interleaved plans at one micro-batch rejected. 150 in all."""
     from collections import Counter
 
     rejected: Counter[str] = Counter()
-    found = list(options(builtin("llama-3.1-8b"), "train", 8, 2, rejected))
-    assert len(found) == 12 + 12 + 36 + 12 and not rejected
+    found = list(options(builtin("llama-3.1-8b"), "train", 8, 2, rejected, context=8192))
+    assert len(found) == 12 + 12 + 36 + 48 + 42 == 150
+    assert rejected == {NOT_SCHEDULE: 2}
     assert Option(Plan(tp=1, pp=1, dp=2, microbatches=4, overlap=True, zero=3), "full") in found
+    assert Option(Plan(cp=2, microbatches=8, overlap=True, zero=1), "none") in found
+    plan = Plan(pp=2, microbatches=4, overlap=True, schedule="interleaved", virtual_stages=4)
+    assert Option(plan, "selective") in found
 
 
 def test_where_conditions():
     o = Option(Plan(tp=8, pp=2, dp=4, zero=1), "selective")
     assert parse_where("tp<=8")(o) and parse_where("pp=2")(o) and not parse_where("zero>=2")(o)
     assert parse_where("recompute!=full")(o) and not parse_where("recompute=none")(o)
-    for bad, needle in (("tp<=eight", "whole number"), ("cp=2", "no field 'cp'"), ("tp", "FIELD OP VALUE")):
+    assert parse_where("schedule=interleaved")(Option(Plan(pp=2, schedule="interleaved", virtual_stages=2)))
+    for bad, needle in (("tp<=eight", "whole number"), ("xp=2", "no field 'xp'"), ("tp", "FIELD OP VALUE")):
         with pytest.raises(InputError, match=needle):
             parse_where(bad)
 
@@ -49,7 +58,10 @@ def test_llama_70b_on_64_h100s_a_megatron_plan_first():
         "--json",
     ).json()  # fmt: skip
     assert out["batch"] == 512  # 4·2^20 tokens / 8192
-    assert out["costed"] == out["fit"] + out["rejected"][NOT_FIT]
+    # a plan tried either fits or is rejected for its memory or its sequence split (the rest never
+    # reached "tried": they do not divide)
+    assert out["tried"] == out["fit"] + out["rejected"][NOT_FIT] + out["rejected"].get(NOT_SEQUENCE, 0)
+    assert out["costed"] == out["fit"]  # what cannot fit is rejected on its memory, not costed
     best = out["front"][0]
     p = best["parallel"]
     assert p["tp"] <= 8 and p["devices"] <= 64

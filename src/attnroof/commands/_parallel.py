@@ -269,6 +269,8 @@ def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
     train = a.phase == TRAIN
     choices = Choices(
         tps=None if a.sweep_tp is None else tuple(a.sweep_tp),
+        cps=(1,),
+        schedules=("1f1b",),
         zeros=None if a.zero is None else (a.zero,),
         recomputes=(recompute_of(a),),
         sp=a.sp,
@@ -285,7 +287,7 @@ def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
                       fused=job.fused, **job.options)  # fmt: skip
 
     found = fit(job.model, a.phase, a.batch, cost, lambda s: totals_of(job, s), job.device.capacity_bytes,
-                choices)  # fmt: skip
+                choices, context=a.context)  # fmt: skip
     best = run(found.best.option.plan)  # again with the capacity: its largest batch and context
     if job.args.json:
         emit_json({**head_of(job), "fit": found.to_json(), **spread_json(job, best, links)})

@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
     from attnroof.model.layers import Precision
     from attnroof.model.search import Option, parse_where, search
     from attnroof.model.spread import Spread, spread
-    from attnroof.model.train_spread import step_totals, train_spread
+    from attnroof.model.train_spread import step_totals, train_plan_memory, train_spread
     from attnroof.model.training_memory import TrainPrecision
 
     batch = batch_of(args)
@@ -106,10 +106,25 @@ def _run(args: argparse.Namespace) -> int:
         prec_ = Precision(dt.itemsize, dt.itemsize, dt.itemsize)
         return spread(model, args.phase, batch, args.context, roof, links, o.plan, prec_, fused=fused)
 
+    def memory(o: Option) -> float:
+        prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
+        return train_plan_memory(model, batch, args.context, o.plan, prec, fused=fused, recompute=o.recompute)
+
     def totals(s: Spread) -> dict[str, Any]:
         return step_totals(s, model, args.context, roof.peak_flops_per_s)
 
-    found = search(model, args.phase, batch, args.devices, cost, totals, dev.capacity_bytes, where)
+    found = search(
+        model,
+        args.phase,
+        batch,
+        args.devices,
+        cost,
+        totals,
+        dev.capacity_bytes,
+        where,
+        context=args.context,
+        memory=memory if train else None,
+    )
     if args.json:
         emit_json(
             {
@@ -120,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
                 "context": args.context,
                 "batch": batch,
                 "devices": args.devices,
+                "tried": found.tried,
                 "costed": found.costed,
                 "fit": len(found.rows),
                 "rejected": dict(found.rejected),

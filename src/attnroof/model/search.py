@@ -34,6 +34,7 @@ from typing import Any
 
 from attnroof.errors import InputError
 from attnroof.model.parallel import Plan
+from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1, check_schedule, chunks
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread
 from attnroof.model.train_options import TRAIN
@@ -49,6 +50,9 @@ NOT_LAYERS = "PP exceeds the layers"
 NOT_BATCH = "DP does not divide the batch"
 NOT_SEQUENCE = "the micro-batch's tokens do not split over TP (sequence parallelism)"
 NOT_FIT = "does not fit in memory"
+NOT_SCHEDULE = "the pipeline schedule's rules (micro-batches, layer chunks) do not hold"
+NOT_CP = "CP cannot run this step (decode, windowed or latent attention)"
+NOT_CONTEXT = "the context does not cut into 2·CP chunks"
 FILTERED = "left out by --where"
 
 
@@ -65,12 +69,15 @@ class Option:
         return {
             "tp": p.tp,
             "pp": p.pp,
+            "cp": p.cp,
             "dp": p.dp,
             "ep": p.ep,
             "devices": p.devices,
             "microbatches": p.microbatches,
+            "virtual_stages": p.virtual_stages,
             "zero": p.zero,
             "recompute": self.recompute,
+            "schedule": p.schedule,
         }
 
 
@@ -110,7 +117,10 @@ class Search:
     rows: list[Row] = field(default_factory=list)
     front: list[Row] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
+    tried: int = 0
+    """Plans looked at (after ``--where``): those that fit, and those rejected for not fitting."""
     costed: int = 0
+    """Plans costed in full (the rest were rejected on their memory alone)."""
     least_misfit_bytes: float | None = None
     """The least memory per device of the plans that did not fit."""
 
@@ -124,14 +134,63 @@ def divisors(n: int) -> list[int]:
 @dataclass(frozen=True, slots=True)
 class Choices:
     """What a search varies beyond the degrees, and what it holds as the user gave it: the TP
-    degrees (None: every divisor), ZeRO stages and recomputations (None: all of them, training),
-    sequence parallelism (None: whenever TP > 1, except decode) and overlap (the estimate's)."""
+    and CP degrees (None: every divisor that can run), ZeRO stages, recomputations and pipeline
+    schedules (None: all of them that apply), sequence parallelism (None: whenever TP > 1,
+    except decode) and overlap (the estimate's)."""
 
     tps: tuple[int, ...] | None = None
+    cps: tuple[int, ...] | None = None
     zeros: tuple[int, ...] | None = None
     recomputes: tuple[str, ...] | None = None
+    schedules: tuple[str, ...] | None = None
     sp: bool | None = None
     overlap: bool = True
+
+
+VIRTUAL_STAGES = (2, 4)
+"""The model chunks per device an interleaved schedule is tried with."""
+
+
+def _pipelines(
+    model: ModelConfig, pp: int, m: int, train: bool, allowed: tuple[str, ...] | None, rejected: Counter[str]
+) -> Iterator[tuple[str, int]]:
+    """(schedule, virtual stages) a pipeline of ``pp`` stages and ``m`` micro-batches can run:
+    1F1B; interleaved with each of :data:`VIRTUAL_STAGES` that Megatron's rules allow; ZB-H1
+    when training. One stage has no schedule to choose."""
+    if pp == 1:
+        yield ONE_F_ONE_B, 1
+        return
+    tried = [(ONE_F_ONE_B, 1), *((INTERLEAVED, v) for v in VIRTUAL_STAGES), *([(ZB_H1, 1)] if train else [])]
+    for name, v in tried:
+        if allowed is not None and name not in allowed:
+            continue
+        try:
+            check_schedule(name, v, pp, m, training=train)
+            chunks(model.layers, pp, v)
+        except InputError:
+            rejected[NOT_SCHEDULE] += 1
+            continue
+        yield name, v
+
+
+def _context_splits(
+    model: ModelConfig, phase: str, context: int, room: int, allowed: tuple[int, ...] | None,
+    rejected: Counter[str],
+) -> Iterator[int]:  # fmt: skip
+    """The CP degrees dividing ``room`` (the devices left after TP and PP) that can run: one, or
+    (prefill and training) any that cuts the context into 2·CP equal chunks of an attention
+    context parallelism runs (not windows, not latent: TransformerEngine's ring refuses both)."""
+    for c in divisors(room):
+        if allowed is not None and c not in allowed:
+            continue
+        if c == 1:
+            yield 1
+        elif phase == "decode" or model.latent is not None or model.windowed_layers:
+            rejected[NOT_CP] += 1
+        elif context % (2 * c):
+            rejected[NOT_CONTEXT] += 1
+        else:
+            yield c
 
 
 def options(
@@ -142,6 +201,7 @@ def options(
     rejected: Counter[str],
     choices: Choices = Choices(),
     *,
+    context: int = 1,
     exact: bool = False,
 ) -> Iterator[Option]:
     """Every candidate on n devices, n dividing ``devices`` (only ``devices`` itself when
@@ -149,6 +209,7 @@ def options(
     are counted in ``rejected``."""
     train = phase == TRAIN
     c = choices
+    experts = model.experts.experts if model.experts is not None else 1
     for n in [devices] if exact else divisors(devices):
         for tp in divisors(n):
             if c.tps is not None and tp not in c.tps:
@@ -156,26 +217,26 @@ def options(
             if model.heads % tp or (model.latent is None and model.kv_heads % tp and tp % model.kv_heads):
                 rejected[NOT_HEADS] += 1
                 continue
+            sp = tp > 1 and (phase != "decode" if c.sp is None else c.sp)
             for pp in divisors(n // tp):
-                dp = n // (tp * pp)
                 if pp > model.layers:
                     rejected[NOT_LAYERS] += 1
                     continue
-                if batch % dp:
-                    rejected[NOT_BATCH] += 1
-                    continue
-                experts = model.experts.experts if model.experts is not None else 1
-                sp = tp > 1 and (phase != "decode" if c.sp is None else c.sp)
-                for ep in (e for e in divisors(dp) if experts % e == 0 and (e == 1 or experts > 1)):
-                    for m in divisors(batch // dp) if phase != "decode" or pp > 1 else [1]:
-                        zeros = (c.zeros or ZERO_STAGES) if train and dp > 1 else (0,)
-                        for zero in zeros:
-                            plan = Plan(
-                                tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=m, overlap=c.overlap,
-                                zero=zero,
-                            )  # fmt: skip
-                            for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
-                                yield Option(plan, r)
+                for cp in _context_splits(model, phase, context, n // (tp * pp), c.cps, rejected):
+                    dp = n // (tp * pp * cp)
+                    if batch % dp:
+                        rejected[NOT_BATCH] += 1
+                        continue
+                    for ep in (e for e in divisors(dp * cp) if experts % e == 0 and (e == 1 or experts > 1)):
+                        for m in divisors(batch // dp) if phase != "decode" or pp > 1 else [1]:
+                            for name, v in _pipelines(model, pp, m, train, c.schedules, rejected):
+                                for zero in (c.zeros or ZERO_STAGES) if train and dp * cp > 1 else (0,):
+                                    plan = Plan(
+                                        tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=m,
+                                        overlap=c.overlap, zero=zero, cp=cp, schedule=name, virtual_stages=v,
+                                    )  # fmt: skip
+                                    for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
+                                        yield Option(plan, r)
 
 
 Where = Callable[[Option], bool]
@@ -193,7 +254,7 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 
 
 def parse_where(text: str) -> Where:
-    """``tp<=8``, ``pp=1``, ``recompute!=full``: one condition on a plan's field (see
+    """``tp<=8``, ``pp=1``, ``recompute!=full``, ``schedule=interleaved``: one condition on a plan's field (see
     :meth:`Option.fields`); :class:`InputError` naming the text otherwise.
 
     >>> parse_where("tp<=8")(Option(Plan(tp=8)))
@@ -209,12 +270,13 @@ def parse_where(text: str) -> Where:
     if name not in known:
         raise InputError(f"--where {text!r}: no field {name!r} (fields: {', '.join(known)})")
     value: Any = raw
-    if name != "recompute":
+    words = {"recompute": RECOMPUTES, "schedule": (ONE_F_ONE_B, INTERLEAVED, ZB_H1)}.get(name)
+    if words is None:
         if not raw.isdigit():
             raise InputError(f"--where {text!r}: {name} is compared with a whole number")
         value = int(raw)
-    elif raw not in RECOMPUTES or op not in ("=", "==", "!="):
-        raise InputError(f"--where {text!r}: recompute is = or != one of {', '.join(RECOMPUTES)}")
+    elif raw not in words or op not in ("=", "==", "!="):
+        raise InputError(f"--where {text!r}: {name} is = or != one of {', '.join(words)}")
     compare = _OPS[op]
     return lambda o: bool(compare(o.fields()[name], value))
 
@@ -270,14 +332,18 @@ def search(
     where: Sequence[Where] = (),
     choices: Choices = Choices(),
     *,
+    context: int = 1,
     exact: bool = False,
+    memory: Callable[[Option], float] | None = None,
 ) -> Search:
     """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
     so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
-    ``capacity_bytes``, and their Pareto front."""
+    ``capacity_bytes``, and their Pareto front. With ``memory`` (an option's busiest device's
+    bytes, as ``cost`` would report them), a plan that cannot fit is rejected before it is
+    costed."""
     out = Search()
     chosen = []
-    for o in options(model, phase, batch, devices, out.rejected, choices, exact=exact):
+    for o in options(model, phase, batch, devices, out.rejected, choices, context=context, exact=exact):
         if all(w(o) for w in where):
             chosen.append(o)
         else:
@@ -287,7 +353,20 @@ def search(
             f"{len(chosen):,} plans to cost, more than {MAX_PLANS:,}: narrow them with --where (e.g. tp<=8)",
             param="--where",
         )
+    out.tried = len(chosen)
     for o in chosen:
+        if memory is not None and capacity_bytes is not None:  # what cannot fit is not costed
+            try:
+                held = memory(o)
+            except InputError as e:
+                if "--sp" not in str(e):
+                    raise
+                out.rejected[NOT_SEQUENCE] += 1
+                continue
+            if held > capacity_bytes:
+                out.rejected[NOT_FIT] += 1
+                out.least_misfit_bytes = min(out.least_misfit_bytes or held, held)
+                continue
         try:
             s = cost(o)
         except InputError as e:
@@ -325,7 +404,7 @@ class Fit:
         return {
             "devices": self.devices,
             "searched": [
-                {"devices": n, "costed": f.costed, "fit": len(f.rows), "rejected": dict(f.rejected)}
+                {"devices": n, "tried": f.tried, "fit": len(f.rows), "rejected": dict(f.rejected)}
                 for n, f in self.searches.items()
             ],
             "plans": [r.to_json() for r in self.searches[self.devices].rows],
@@ -341,6 +420,9 @@ def fit(
     capacity_bytes: float | None,
     choices: Choices = Choices(),
     max_devices: int = MAX_FIT_DEVICES,
+    *,
+    context: int = 1,
+    memory: Callable[[Option], float] | None = None,
 ) -> Fit:
     """The search (:func:`search`) on exactly 1, 2, 4, … devices until a plan fits; the fastest
     of those plans answers. :class:`InputError` when none up to ``max_devices`` does."""
@@ -348,7 +430,17 @@ def fit(
     n = 1
     while n <= max_devices:
         found = searches[n] = search(
-            model, phase, batch, n, cost, totals, capacity_bytes, choices=choices, exact=True
+            model,
+            phase,
+            batch,
+            n,
+            cost,
+            totals,
+            capacity_bytes,
+            choices=choices,
+            context=context,
+            exact=True,
+            memory=memory,
         )
         if found.front:
             return Fit(n, found.front[0], searches)

@@ -58,14 +58,19 @@ class Shard:
 
 def standing_for(model: ModelConfig, shard: Shard) -> Shard:
     """A shard that costs exactly as ``shard`` does, chosen so that equal ones meet in a cache:
-    when every layer of the model is of one kind and the device holds one chunk, any n middle
-    layers cost alike, so n layers at the model's start, at its end, or in between (the first
-    from layer 1) stand for every such stage. Otherwise ``shard`` itself."""
-    if shard.more or len(model.layer_kinds()) != 1:
+    when every layer of the model is of one kind, any n layers cost alike wherever they sit, so
+    one range of the device's n layers (its chunks together) at the model's start, at its end,
+    or in between (from layer 1) stands for every device holding the embedding, the head or
+    neither. Otherwise ``shard`` itself."""
+    if len(model.layer_kinds()) != 1:
         return shard
-    n, last = shard.stop - shard.first, model.layers
-    first = 0 if shard.first == 0 else last - n if shard.stop == last else 1
-    return replace(shard, first=first, stop=first + n)
+    n, last = shard.layers, model.layers
+    start = any(first == 0 for first, _ in shard.ranges)
+    end = any(stop == last for _, stop in shard.ranges)
+    if start and end and n != last:  # both ends in separate chunks: no one range holds them
+        return shard
+    first = 0 if start else last - n if end else 1
+    return replace(shard, first=first, stop=first + n, more=())
 
 
 def shard_row(row: OpInstance, shard: Shard) -> OpInstance:

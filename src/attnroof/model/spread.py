@@ -37,7 +37,8 @@ schedule), and the totals read from both; splitting them would part the two mean
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnroof.devices.links import Links
@@ -63,6 +64,22 @@ from attnroof.ops.latent import ABSORBED
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 
 
+def _kept(fn: Callable[[Any], Any]) -> Any:
+    """A property worked out once per object and kept in its ``_known`` (a frozen, slotted
+    dataclass cannot hold :func:`functools.cached_property`): a step reads its stages' times
+    many times — for its bound, its estimate, its totals, and a plan search for every plan."""
+    key = fn.__name__
+
+    def get(self: Any) -> Any:
+        known = self._known
+        if key not in known:
+            known[key] = fn(self)
+        return known[key]
+
+    get.__doc__ = fn.__doc__
+    return property(get)
+
+
 @dataclass(frozen=True, slots=True)
 class StageResult:
     """One pipeline stage on one device, for one micro-batch."""
@@ -81,13 +98,15 @@ class StageResult:
     """An interleaved schedule's further model chunks on this device (layer ranges)."""
     weight_grad_s: float = 0.0
     """Training: the kernel time of its weight gradients, one micro-batch (the W that zb-h1 defers)."""
+    _known: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Times already worked out (a stage is read many times: by its step, its totals, a search)."""
 
     @property
     def ranges(self) -> tuple[tuple[int, int], ...]:
         """The layer ranges the device holds."""
         return ((self.first, self.stop), *self.more)
 
-    @property
+    @_kept
     def compute_time_s(self) -> float:
         return sum(o.count * o.time_s for o in self.ops)
 
@@ -109,7 +128,7 @@ class StageResult:
             out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
         return out
 
-    @property
+    @_kept
     def bound_s(self) -> float:
         """The least time one micro-batch can take here: its kernels or one link's traffic,
         whichever is longer — every collective hidden behind the kernels (no schedule does
@@ -132,7 +151,7 @@ class StageResult:
             links[c.link.kind] = links.get(c.link.kind, 0.0) + c.count * c.time_s
         return compute, comm
 
-    @property
+    @_kept
     def time_s(self) -> float:
         """The estimate: compute then communication, or, overlapped, per layer kind and pass the
         longest of the kernels and each link's collectives (a forward's collectives hide behind the forward's
@@ -220,8 +239,10 @@ class Spread:
     optimizer: str = ""
     notes: tuple[str, ...] = ()
     """What the numbers leave out or assume, as the single-device answer notes them."""
+    _known: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """Figures already worked out (the slowest stage, the bound and the estimate)."""
 
-    @property
+    @_kept
     def slowest(self) -> StageResult:
         return max(self.stages, key=lambda s: s.time_s)
 
@@ -235,12 +256,12 @@ class Spread:
     def pipeline_time_s(self) -> float:
         return self._pipeline([s.time_s for s in self.stages])
 
-    @property
+    @_kept
     def time_s(self) -> float:
         """The estimate: the schedule as the flags describe it (the module's table)."""
         return self.pipeline_time_s + max(s.sync_exposed_s for s in self.stages)
 
-    @property
+    @_kept
     def bound_time_s(self) -> float:
         """The bound: the least time the plan can take (the module's table). It never exceeds
         :attr:`time_s`, with or without ``--overlap``."""

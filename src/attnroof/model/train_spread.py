@@ -60,7 +60,7 @@ min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the mo
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.devices.links import Links
@@ -91,7 +91,15 @@ from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
 from attnroof.model.training import model_flops, train_notes, train_ops
-from attnroof.model.training_memory import FULL, NONE, TrainPrecision, Zero, expert_params, train_memory
+from attnroof.model.training_memory import (
+    FULL,
+    NONE,
+    TrainMemory,
+    TrainPrecision,
+    Zero,
+    expert_params,
+    train_memory,
+)
 from attnroof.operators import operator
 from attnroof.ops import collectives as coll
 from attnroof.ops.backward import FP32_BYTES
@@ -237,22 +245,11 @@ def train_spread(
     >>> s.totals()["comm_bytes_per_device"] == 2 * 7 / 8 * params(builtin("llama-3.1-8b")) * 2
     True
     """
-    if plan.zero not in ZERO_STAGES:
-        raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
-    check_plan(model, plan, batch)
-    check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=True)
-    check_context_split(plan, TRAIN, context, fused=fused)
-    sched = schedule(plan.schedule)
-    p = prec or TrainPrecision()
-    micro = batch // plan.dp // plan.microbatches
-    here = context // plan.cp  # context parallelism: the device's tokens of each sequence
-    check_sequence_split(plan, micro * here)
-    zero = Zero(plan.zero, plan.replicas, plan.ep, plan.edp)  # the optimizer sharded over dp · cp
+    layout = _layout(model, batch, context, plan, prec, fused)
+    p, micro, here, sched = layout.prec, layout.micro, layout.here, layout.sched
     out = []
-    devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
-    for i, ((first, stop), *more) in enumerate(devices):
-        shard = plan.shard(first, stop, tuple(more))
-        last = i == len(devices) - 1
+    for i, shard in enumerate(layout.shards):
+        last = i == len(layout.shards) - 1
         placed, passes, weight_grad_s = placed_stage(
             model, micro, here, p, fused, recompute, shard, roof, weight_grads=plan.schedule == ZB_H1
         )
@@ -270,18 +267,81 @@ def train_spread(
                 comms.append(stage_send(model, plan, tokens, p.itemsize, links, name, pass_name, n))
         micro_sync, step_sync = dp_comms(model, plan, shard, p, links)
         step_sync += tied_embedding_sync(model, plan, shard, p, links, last=last)
-        mem = context_memory(train_memory(
-            model, micro, here, p, capacity_bytes, fused=fused, recompute=recompute, shard=shard,
-            zero=zero, in_flight=sched.in_flight(i, plan.pp, plan.microbatches, plan.virtual_stages),
-        ), plan.cp)  # fmt: skip
+        mem = _stage_memory(model, layout, i, capacity_bytes, fused, recompute)
         comms += micro_sync
         stage = StageResult(
-            first, stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync),
-            more=tuple(more), weight_grad_s=weight_grad_s,
+            shard.first, shard.stop, placed, tuple(comms), mem, plan.overlap, passes, tuple(step_sync),
+            more=shard.more, weight_grad_s=weight_grad_s,
         )  # fmt: skip
         out.append(stage)
     notes = train_notes(model, batch, context, p, fused, recompute)
     return Spread(plan, TRAIN, batch, tuple(out), recompute, p.optimizer, notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What every stage of a training plan shares: its checked precision, a micro-batch's
+    sequences and each device's tokens of a sequence, the schedule, ZeRO's cut, and each
+    device's shard (its layer chunks)."""
+
+    plan: Plan
+    prec: TrainPrecision
+    micro: int
+    here: int
+    sched: Any
+    zero: Zero
+    shards: tuple[Shard, ...]
+
+
+def _layout(
+    model: ModelConfig, batch: int, context: int, plan: Plan, prec: TrainPrecision | None, fused: bool
+) -> _Layout:
+    """The plan checked (one line naming the flag for what cannot run) and laid out."""
+    if plan.zero not in ZERO_STAGES:
+        raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
+    check_plan(model, plan, batch)
+    check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=True)
+    check_context_split(plan, TRAIN, context, fused=fused)
+    micro = batch // plan.dp // plan.microbatches
+    here = context // plan.cp  # context parallelism: the device's tokens of each sequence
+    check_sequence_split(plan, micro * here)
+    zero = Zero(plan.zero, plan.replicas, plan.ep, plan.edp)  # the optimizer sharded over dp · cp
+    devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
+    shards = tuple(plan.shard(first, stop, tuple(more)) for (first, stop), *more in devices)
+    return _Layout(plan, prec or TrainPrecision(), micro, here, schedule(plan.schedule), zero, shards)
+
+
+def _stage_memory(
+    model: ModelConfig, layout: _Layout, i: int, capacity_bytes: float | None, fused: bool, recompute: str
+) -> TrainMemory:
+    """What device ``i`` of the pipeline holds: its shard's states (ZeRO's cut) and the
+    activations of the micro-batches its schedule keeps in flight."""
+    plan = layout.plan
+    in_flight = layout.sched.in_flight(i, plan.pp, plan.microbatches, plan.virtual_stages)
+    mem = train_memory(
+        model, layout.micro, layout.here, layout.prec, capacity_bytes, fused=fused, recompute=recompute,
+        shard=layout.shards[i], zero=layout.zero, in_flight=in_flight,
+    )  # fmt: skip
+    return context_memory(mem, plan.cp)
+
+
+def train_plan_memory(
+    model: ModelConfig,
+    batch: int,
+    context: int,
+    plan: Plan,
+    prec: TrainPrecision | None = None,
+    *,
+    fused: bool = True,
+    recompute: str = NONE,
+) -> float:
+    """The busiest device's bytes under ``plan`` — what :func:`train_spread` reports as its
+    memory, without costing a kernel or a collective: a plan search rejects what does not fit
+    before it costs it (:mod:`attnroof.model.search`)."""
+    layout = _layout(model, batch, context, plan, prec, fused)
+    return max(
+        _stage_memory(model, layout, i, None, fused, recompute).total_bytes for i in range(len(layout.shards))
+    )
 
 
 def placed_stage(

@@ -234,7 +234,7 @@ def fit_text(setting: Setting, found: Fit, best: Spread, links: Links, head: lis
     answer's count (fastest first, by the bound), and the chosen plan in full."""
     n = found.devices
     lines = [
-        f"{render.plural(d, 'device')}: {render.plural(f.costed, 'plan')}, none fits"
+        f"{render.plural(d, 'device')}: {render.plural(f.tried, 'plan')}, none fits"
         + (
             ""
             if f.least_misfit_bytes is None

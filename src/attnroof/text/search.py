@@ -11,10 +11,10 @@ from attnroof.units import duration
 
 
 def tried_line(found: Search) -> str:
-    """How many plans were costed and fit, and how many were rejected for what."""
+    """How many plans were tried and fit, and how many were rejected for what."""
     rejected = "; ".join(f"{n:,} {why}" for why, n in found.rejected.most_common())
     return (
-        f"{found.costed:,} plans costed, {len(found.rows):,} fit, {len(found.front):,} on the Pareto front"
+        f"{found.tried:,} plans tried, {len(found.rows):,} fit, {len(found.front):,} on the Pareto front"
         + (f"; rejected: {rejected}" if rejected else "")
     )
 
