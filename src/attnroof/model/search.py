@@ -21,6 +21,10 @@ estimate with the collectives hidden only behind their own pass (``--overlap``) 
 and reduced to its **Pareto front** over step time, memory per device and devices used: a plan
 stays unless another is no slower, needs no more memory and no more devices, and is better in
 one of the three.
+
+Length: the candidates, the filters, the costing and the front, and ``--fit`` (the same search
+on one device count at a time), in one place, so that every dimension a plan has is enumerated
+and checked once.
 """
 
 from __future__ import annotations

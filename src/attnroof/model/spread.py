@@ -80,6 +80,14 @@ def _kept(fn: Callable[[Any], Any]) -> Any:
     return property(get)
 
 
+def _busy(comms: tuple[CommOp, ...]) -> dict[str, float]:
+    """Each link's busy time for ``comms``: the collectives that ride it."""
+    out: dict[str, float] = {}
+    for c in comms:
+        out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class StageResult:
     """One pipeline stage on one device, for one micro-batch."""
@@ -115,18 +123,20 @@ class StageResult:
         return sum(c.count * c.time_s for c in self.comms)
 
     def link_times(self) -> dict[str, float]:
-        """Each link's busy time for one micro-batch: the collectives that ride it."""
-        out: dict[str, float] = {}
-        for c in self.comms:
-            out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
-        return out
+        """Each link's busy time for one micro-batch: the collectives that ride it (a copy)."""
+        return dict(self._per_link)
 
     def sync_link_times(self) -> dict[str, float]:
-        """Each link's busy time for the once-a-step collectives."""
-        out: dict[str, float] = {}
-        for c in self.step_comms:
-            out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
-        return out
+        """Each link's busy time for the once-a-step collectives (a copy)."""
+        return dict(self._per_link_sync)
+
+    @_kept
+    def _per_link(self) -> dict[str, float]:
+        return _busy(self.comms)
+
+    @_kept
+    def _per_link_sync(self) -> dict[str, float]:
+        return _busy(self.step_comms)
 
     @_kept
     def bound_s(self) -> float:

@@ -55,6 +55,10 @@ behind the last backward, and ZeRO 1 and 2's weight all-gather behind the next s
 Memory per device: the shard's parameters with ZeRO's cuts (:class:`Zero`), and the activations
 of the micro-batches a stage holds under the 1F1B schedule — stage ``i`` of ``p`` keeps
 min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the most.
+
+Length: the training step's collectives by parallelism (the table above), its layout and stage
+memory shared with the plan search's memory check, and the cache of placed stages: one module,
+so that a plan's memory and its cost cannot drift apart.
 """
 
 from __future__ import annotations

@@ -117,6 +117,16 @@ def _largest_layer(rows: list[OpInstance], saved: Callable[[OpInstance], Num]) -
 
 
 @functools.lru_cache(maxsize=65536)
+def _shard_params(model: ModelConfig, shard: Shard | None) -> tuple[int, int]:
+    """A device's dense and expert parameters, kept (a plan search asks for each shard's once
+    per ZeRO stage, micro-batch and schedule; a shard standing for its like)."""
+    if shard is not None:
+        shard = standing_for(model, shard)
+    experts = expert_params(model, shard)
+    return params(model, shard) - experts, experts
+
+
+@functools.lru_cache(maxsize=65536)
 def _activations(
     model: ModelConfig, batch: int, context: int, itemsize: float, fused: bool, recompute: str,
     shard: Shard | None,
@@ -253,8 +263,7 @@ def train_memory(
     (True, False)
     """
     z = zero or Zero()
-    experts = expert_params(model, shard)
-    dense = params(model, shard) - experts
+    dense, experts = _shard_params(model, shard)
     weights = z.per_device(dense, experts, 3) * prec.weight_itemsize
     grads = z.per_device(dense, experts, 2) * prec.grad_itemsize
     optimizer = z.per_device(dense, experts, 1) * prec.optimizer_bytes_per_param
