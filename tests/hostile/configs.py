@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hostile import Case
+from test_config_reading import OLMOE_1B_7B  # the published config, with its source
 
 TINY = {
     "model_type": "llama",
@@ -42,18 +43,6 @@ def _prints(*needles: str, absent: tuple[str, ...] = ()) -> Any:
     return check
 
 
-OLMOE_1B_7B = {
-    "model_type": "olmoe",
-    "hidden_act": "silu",
-    "hidden_size": 2048,
-    "intermediate_size": 1024,
-    "num_hidden_layers": 16,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 16,
-    "num_experts": 64,
-    "num_experts_per_tok": 8,
-    "vocab_size": 50304,
-}
 """allenai/OLMoE-1B-7B-0924's sizes."""
 
 
