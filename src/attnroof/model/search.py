@@ -130,8 +130,11 @@ class Search:
 
 
 def divisors(n: int) -> list[int]:
-    """>>> divisors(12)
-    [1, 2, 3, 4, 6, 12]"""
+    """Every d that divides ``n``, smallest first.
+
+    >>> divisors(12)
+    [1, 2, 3, 4, 6, 12]
+    """
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
