@@ -138,9 +138,13 @@ def expert_exchange(
 
     The TP group's all-reduce of the MoE block's output stays as for a dense MLP
     (:func:`stage_comms`), standing for the exchange that gives each TP rank its tokens back."""
-    moe = sum(sum(model.layer_is_moe()[first:stop]) for first, stop in shard.ranges)
+    if model.experts is None:
+        return []
+    moe = sum(
+        kind.moe * n for first, stop in shard.ranges for kind, n in model.layer_kinds(first, stop).items()
+    )
     e, ep = plan.expert_tp, plan.ep
-    if not moe or model.experts is None:
+    if not moe:
         return []
     routed = tokens * model.experts.top_k * model.hidden * itemsize / plan.tp * plan.expert_imbalance
     kind = next(i.layer_kind for i in layer_table(model) if rule(i).routed)
