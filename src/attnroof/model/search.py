@@ -29,6 +29,7 @@ and checked once.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections import Counter
@@ -46,8 +47,12 @@ from attnroof.model.training_memory import FULL, NONE, SELECTIVE
 
 RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
-MAX_PLANS = 200_000
-"""The most plans one search costs; more is refused in one line (narrow it with ``--where``)."""
+MAX_PLANS = 60_000
+"""The most plans one search tries: plans are costed one by one, some 4,500 a second on a small
+machine, so more than this (a quarter of a minute) is refused in one line — narrow the search
+with ``--where`` — rather than left running."""
+MAX_DEVICES = 1 << 20
+"""The most devices a search takes: the largest clusters announced hold some 10⁵ GPUs."""
 
 NOT_HEADS = "TP does not divide the heads (or the KV heads)"
 NOT_LAYERS = "PP exceeds the layers"
@@ -130,12 +135,13 @@ class Search:
 
 
 def divisors(n: int) -> list[int]:
-    """Every d that divides ``n``, smallest first.
+    """Every d that divides ``n``, smallest first (pairs d, n/d up to √n).
 
     >>> divisors(12)
     [1, 2, 3, 4, 6, 12]
     """
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,18 +354,22 @@ def search(
     ``capacity_bytes``, and their Pareto front. With ``memory`` (an option's busiest device's
     bytes, as ``cost`` would report them), a plan that cannot fit is rejected before it is
     costed."""
+    if devices > MAX_DEVICES:
+        raise InputError(
+            f"--devices {devices:,}: more than {MAX_DEVICES:,}, beyond any cluster built", param="--devices"
+        )
     out = Search()
     chosen = []
     for o in options(model, phase, batch, devices, out.rejected, choices, context=context, exact=exact):
-        if all(w(o) for w in where):
-            chosen.append(o)
-        else:
+        if not all(w(o) for w in where):
             out.rejected[FILTERED] += 1
-    if len(chosen) > MAX_PLANS:
-        raise InputError(
-            f"{len(chosen):,} plans to cost, more than {MAX_PLANS:,}: narrow them with --where (e.g. tp<=8)",
-            param="--where",
-        )
+            continue
+        chosen.append(o)
+        if len(chosen) > MAX_PLANS:
+            raise InputError(
+                f"more than {MAX_PLANS:,} plans to try: narrow them with --where (e.g. tp<=8, cp=1)",
+                param="--where",
+            )
     out.tried = len(chosen)
     for o in chosen:
         if memory is not None and capacity_bytes is not None:  # what cannot fit is not costed
