@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace) -> int:
                 "fit": len(found.rows),
                 "rejected": dict(found.rejected),
                 "front": [r.to_json() for r in found.front],
-                "plans": [r.to_json() for r in found.rows],
+                "plans": [r.to_json(full=False) for r in found.rows],
             }
         )
         return 0

@@ -92,30 +92,54 @@ class Option:
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """A costed plan: its bound and estimate, memory per device, and what limits it."""
+    """A costed plan: its bound and estimate and its memory per device; its totals and what
+    limits it are worked out when asked (for the plans shown: the front), not for every plan."""
 
     option: Option
     spread: Spread
-    time_s: float
-    estimate_time_s: float
     memory_bytes: float
     fits: bool | None
-    limiter: str
-    totals: dict[str, Any]
+    totals_of: Callable[[Spread], dict[str, Any]] = field(repr=False, compare=False)
+    _known: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    @property
+    def time_s(self) -> float:
+        """The bound: the least time the plan can take."""
+        return self.spread.bound_time_s
+
+    @property
+    def estimate_time_s(self) -> float:
+        return self.spread.time_s
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        if "totals" not in self._known:
+            self._known["totals"] = self.totals_of(self.spread)
+        return self._known["totals"]
+
+    @property
+    def limiter(self) -> str:
+        return limiter(self.spread, self.totals)
+
+    def to_json(self, *, full: bool = True) -> dict[str, Any]:
+        """The plan, its times and memory; ``full`` adds its rates, bubble and limiter."""
+        out = {
             "parallel": self.option.plan.to_json(),
             "recompute": self.option.recompute,
             "time_s": self.time_s,
             "estimate_time_s": self.estimate_time_s,
             "memory_per_device_bytes": self.memory_bytes,
             "fits": self.fits,
-            "limiter": self.limiter,
-            "tokens_per_s": self.totals.get("tokens_per_s"),
-            "mfu": self.totals.get("mfu"),
-            "bubble_share": self.totals["bubble_share"],
         }
+        if full:
+            t = self.totals
+            out.update(
+                limiter=self.limiter,
+                tokens_per_s=t.get("tokens_per_s"),
+                mfu=t.get("mfu"),
+                bubble_share=t["bubble_share"],
+            )
+        return out
 
 
 @dataclass
@@ -398,8 +422,7 @@ def search(
             out.rejected[NOT_FIT] += 1
             out.least_misfit_bytes = min(out.least_misfit_bytes or mem, mem)
             continue
-        t = totals(s)
-        out.rows.append(Row(o, s, t["time_s"], t["estimate_time_s"], mem, fits, limiter(s, t), t))
+        out.rows.append(Row(o, s, mem, fits, totals))
     out.front = pareto(out.rows)
     return out
 
@@ -424,7 +447,7 @@ class Fit:
                 {"devices": n, "tried": f.tried, "fit": len(f.rows), "rejected": dict(f.rejected)}
                 for n, f in self.searches.items()
             ],
-            "plans": [r.to_json() for r in self.searches[self.devices].rows],
+            "plans": [r.to_json(full=False) for r in self.searches[self.devices].rows],
         }
 
 
