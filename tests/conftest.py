@@ -38,6 +38,12 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.register_profile("explore", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# A plan search spreads over forked processes when it is large; a test process may hold threads
+# (torch's, pytest-xdist's) that a fork must not copy in the middle of their work, so the
+# in-process CLI searches in one process. test_plan_search.py runs the forked path in a process
+# of its own and checks it gives the same answer.
+os.environ.setdefault("ATTNROOF_WORKERS", "1")
+
 _STARTUP_WARNING_FILTERS = list(_warnings.filters)
 """The interpreter's own warning filters (pytest works on a copy of them): what a fresh
 ``python -m attnroof`` runs with."""

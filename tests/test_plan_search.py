@@ -11,7 +11,7 @@ from attnroof.errors import InputError
 from attnroof.model.config import builtin
 from attnroof.model.parallel import Plan
 from attnroof.model.search import NOT_FIT, NOT_SCHEDULE, NOT_SEQUENCE, Option, options, parse_where
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, run_cli, run_cli_process
 from test_train_parallel import LLAMA3_405B
 
 L70 = ("--model", "llama-3.1-70b", "--device", "h100")
@@ -125,3 +125,22 @@ def test_llama3_405b_on_16384_h100s_finds_metas_plan_or_better(tmp_path):
 def test_bad_input_is_one_line(argv, needle):
     r = run_cli("plan", *L70, "--devices", "8", *argv)
     assert_one_line_error(r, needle)
+
+
+def test_a_search_over_several_processes_gives_the_same_answer():
+    """A large search is judged in forked processes (one per core): its plans, rejections and
+    front are the ones one process finds. Run as a user runs it, in processes of its own."""
+    argv = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--devices", "8", "--phase", "train",
+            "--global-batch", "1M", "--context", "8192", "--json")  # fmt: skip
+    one = run_cli_process(*argv, env={"ATTNROOF_WORKERS": "1"})
+    two = run_cli_process(*argv, env={"ATTNROOF_WORKERS": "2"})
+    assert one.returncode == two.returncode == 0, (one.stderr, two.stderr)
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    assert a["tried"] >= 2_000  # enough to be spread (PARALLEL_FROM)
+    assert a == b
+
+
+def test_workers_must_be_a_whole_number():
+    r = run_cli("plan", *L70, "--devices", "64", "--phase", "train", "--global-batch", "4M", "--context", "8192",
+                env={"ATTNROOF_WORKERS": "two"})  # fmt: skip
+    assert_one_line_error(r, "ATTNROOF_WORKERS")

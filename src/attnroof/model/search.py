@@ -30,10 +30,13 @@ and checked once.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import operator
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,24 +95,25 @@ class Option:
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """A costed plan: its bound and estimate and its memory per device; its totals and what
-    limits it are worked out when asked (for the plans shown: the front), not for every plan."""
+    """A costed plan that fits: its bound and estimate and its memory per device. Its step
+    (:class:`Spread`), totals and limiter are worked out again when asked (for the plans shown:
+    the front), not kept for every plan: a search may run in several processes."""
 
     option: Option
-    spread: Spread
+    time_s: float
+    """The bound: the least time the plan can take."""
+    estimate_time_s: float
     memory_bytes: float
     fits: bool | None
+    cost_of: Callable[[Option], Spread] = field(repr=False, compare=False)
     totals_of: Callable[[Spread], dict[str, Any]] = field(repr=False, compare=False)
     _known: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
-    def time_s(self) -> float:
-        """The bound: the least time the plan can take."""
-        return self.spread.bound_time_s
-
-    @property
-    def estimate_time_s(self) -> float:
-        return self.spread.time_s
+    def spread(self) -> Spread:
+        if "spread" not in self._known:
+            self._known["spread"] = self.cost_of(self.option)
+        return self._known["spread"]
 
     @property
     def totals(self) -> dict[str, Any]:
@@ -395,35 +399,107 @@ def search(
                 param="--where",
             )
     out.tried = len(chosen)
-    for o in chosen:
-        if memory is not None and capacity_bytes is not None:  # what cannot fit is not costed
-            try:
-                held = memory(o)
-            except InputError as e:
-                if "--sp" not in str(e):
-                    raise
-                out.rejected[NOT_SEQUENCE] += 1
-                continue
-            if held > capacity_bytes:
-                out.rejected[NOT_FIT] += 1
-                out.least_misfit_bytes = min(out.least_misfit_bytes or held, held)
-                continue
-        try:
-            s = cost(o)
-        except InputError as e:
-            if "--sp" in str(e):
-                out.rejected[NOT_SEQUENCE] += 1
-                continue
-            raise
-        out.costed += 1
-        mem = s.busiest_memory.total_bytes
-        fits = None if capacity_bytes is None else mem <= capacity_bytes
-        if fits is False:
-            out.rejected[NOT_FIT] += 1
-            out.least_misfit_bytes = min(out.least_misfit_bytes or mem, mem)
+    job = _Job(cost, memory, capacity_bytes)
+    for o, (what, *figures) in zip(chosen, _judged(job, chosen), strict=True):
+        if what == NOT_SEQUENCE:
+            out.rejected[NOT_SEQUENCE] += 1
             continue
-        out.rows.append(Row(o, s, mem, fits, totals))
+        if what == NOT_FIT:
+            out.rejected[NOT_FIT] += 1
+            out.least_misfit_bytes = min(out.least_misfit_bytes or figures[0], figures[0])
+            continue
+        held, fits, bound, estimate, costed = figures
+        out.costed += costed
+        out.rows.append(Row(o, bound, estimate, held, fits, cost, totals))
     out.front = pareto(out.rows)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """What judging a plan needs: its cost, its memory (None: from the cost), the capacity."""
+
+    cost: Callable[[Option], Spread]
+    memory: Callable[[Option], float] | None
+    capacity_bytes: float | None
+
+
+PARALLEL_FROM = 2_000
+"""Plans from which a search spreads over the machine's cores (forked processes, each with the
+caches built so far); fewer are not worth a process's start."""
+_JOB: _Job | None = None
+"""The job the forked processes judge (set before they fork: closures do not pickle)."""
+
+
+def _judge(job: _Job, o: Option) -> tuple[Any, ...]:
+    """One plan's verdict: (NOT_SEQUENCE,), (NOT_FIT, bytes), or ("fit", bytes, fits, bound,
+    estimate, costed: 1 when costed in full)."""
+    if job.memory is not None and job.capacity_bytes is not None:  # what cannot fit is not costed
+        try:
+            held = job.memory(o)
+        except InputError as e:
+            if "--sp" not in str(e):
+                raise
+            return (NOT_SEQUENCE,)
+        if held > job.capacity_bytes:
+            return (NOT_FIT, held)
+    try:
+        s = job.cost(o)
+    except InputError as e:
+        if "--sp" in str(e):
+            return (NOT_SEQUENCE,)
+        raise
+    mem = s.busiest_memory.total_bytes
+    fits = None if job.capacity_bytes is None else mem <= job.capacity_bytes
+    if fits is False:
+        return (NOT_FIT, mem)
+    return ("fit", mem, fits, s.bound_time_s, s.time_s, 1)
+
+
+def _judge_block(block: Sequence[Option]) -> list[tuple[Any, ...]]:
+    """A forked process's share: its verdicts, or the one-line error that stopped it."""
+    assert _JOB is not None
+    try:
+        return [_judge(_JOB, o) for o in block]
+    except InputError as e:
+        return [("error", str(e), e.param)]
+
+
+WORKERS_ENV = "ATTNROOF_WORKERS"
+"""Processes a large search spreads over (default: the machine's cores, at most 8; 1: none)."""
+
+
+def search_workers() -> int:
+    """The processes a large search uses: ``$ATTNROOF_WORKERS``, else the cores (at most 8).
+    :class:`InputError` for a value that is not a whole number ≥ 1."""
+    raw = os.environ.get(WORKERS_ENV)
+    if raw is None:
+        return min(os.cpu_count() or 1, 8)
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise InputError(f"{WORKERS_ENV}={raw!r} must be a whole number ≥ 1 (1: one process)")
+    return int(raw)
+
+
+def _judged(job: _Job, chosen: Sequence[Option]) -> list[tuple[Any, ...]]:
+    """Every plan's verdict, in order: here, or over the cores in forked processes when there
+    are many (contiguous blocks, so that each process meets the same shards again)."""
+    workers = search_workers()
+    if len(chosen) < PARALLEL_FROM or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [_judge(job, o) for o in chosen]
+    global _JOB
+    _JOB = job
+    size = -(-len(chosen) // (4 * workers))
+    blocks = [chosen[i : i + size] for i in range(0, len(chosen), size)]
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = list(pool.map(_judge_block, blocks))
+    finally:
+        _JOB = None
+    out: list[tuple[Any, ...]] = []
+    for verdicts in done:
+        if verdicts and verdicts[0][0] == "error":
+            raise InputError(verdicts[0][1], param=verdicts[0][2])
+        out += verdicts
     return out
 
 

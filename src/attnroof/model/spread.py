@@ -173,7 +173,7 @@ class StageResult:
         exposed = exposed_beyond(self.comms, self.ops, self.passes or ("",) * len(self.ops))
         return sum(
             max([compute.get(k, 0.0) + exposed.get(k, 0.0), *comm.get(k, {}).values()])
-            for k in compute.keys() | comm.keys()
+            for k in sorted(compute.keys() | comm.keys())  # one order: the same sum in every process
         )
 
     @property
@@ -193,7 +193,7 @@ class StageResult:
         compute, comm = self._by_pass()
         exposed = 0.0
         for kind, hidden_by in SYNC_HIDDEN_BY.items():
-            for link in {c.link.kind for c in self.step_comms if c.layer_kind == kind}:
+            for link in sorted({c.link.kind for c in self.step_comms if c.layer_kind == kind}):
                 sync = sum(
                     c.count * c.time_s
                     for c in self.step_comms
@@ -287,7 +287,7 @@ class Spread:
         m, busiest = self.plan.microbatches, 0.0
         for s in self.stages:
             micro, sync = s.link_times(), s.sync_link_times()
-            for link in micro.keys() | sync.keys():
+            for link in sorted(micro.keys() | sync.keys()):
                 busiest = max(busiest, m * micro.get(link, 0.0) + sync.get(link, 0.0))
         return busiest
 
