@@ -12,6 +12,7 @@ import pytest
 
 from attnroof.text import render
 from conftest import run_cli
+from test_architectures import MLA_FLAGS
 
 NOUNS = (
     "bytes|heads|KV heads|layers|tokens|devices|ranks|micro-batches|experts|elements|sequences|"
@@ -94,23 +95,7 @@ FRACTION_CASES = [
     ("crossover", "-d", "64", "--device", "h100", "--causal", "--pass", "bwd"),
     ("crossover", "-d", "128"),
     ("linear", "-n", "64", "-k", "4096", "-m", "4096", "--device", "h100"),
-    (
-        "decode",
-        "-s",
-        "32k",
-        "--heads",
-        "128",
-        "--kv-lora-rank",
-        "512",
-        "--qk-rope-head-dim",
-        "64",
-        "--qk-nope-head-dim",
-        "128",
-        "--v-head-dim",
-        "128",
-        "--device",
-        "h200",
-    ),
+    ("decode", "-s", "32k", "--heads", "128", *MLA_FLAGS, "--device", "h200"),
 ]
 
 
