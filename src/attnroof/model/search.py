@@ -1,26 +1,32 @@
 """Every plan on up to N devices, costed, and the ones worth running: the inverse of
 :func:`attnroof.model.spread.spread` (one plan a user spells out).
 
-For a device count n dividing N, the search takes every split n = TP × PP × DP in which
+For a device count n dividing N, the search takes every split n = TP × CP × PP × DP in which
 
     TP   divides the attention heads, and divides or is divided by the KV heads (latent: any);
          sequence parallelism on whenever TP > 1 (what Megatron-LM runs; it never costs more here)
+    CP   1, or (prefill and training, an attention the K/V ring runs) any degree that cuts the
+         context into 2·CP equal chunks
     PP   is at most the layers
     DP   divides the batch (training: ``--global-batch`` tokens / context sequences)
-    EP   (mixture of experts) divides both DP and the experts
+    EP   (mixture of experts) divides both DP × CP and the experts
     M    micro-batches per replica: every divisor of the replica's batch (prefill and training)
-    ZeRO 0, 1, 2, 3 when DP > 1 (training)
+    the pipeline's schedule: 1F1B; interleaved with 2 or 4 chunks a device; ZB-H1 (training),
+         each where Megatron's rules allow it (:mod:`attnroof.model.schedules`)
+    ZeRO 0, 1, 2, 3 when DP × CP > 1 (training)
     recomputation none, selective, full (training)
 
 and costs each with the whole model's arithmetic on one device of each stage, the collectives
 on the link roof (:mod:`attnroof.model.spread`, :mod:`attnroof.model.train_spread`). A plan is
 rejected, with its reason counted, when a degree does not divide what it cuts or the busiest
-device's memory exceeds its capacity. What is left is ranked by its **bound** — the least time
-the plan can take (every collective hidden behind kernels, the schedule's fill and drain); its
-estimate with the collectives hidden only behind their own pass (``--overlap``) is kept beside —
-and reduced to its **Pareto front** over step time, memory per device and devices used: a plan
-stays unless another is no slower, needs no more memory and no more devices, and is better in
-one of the three.
+device's memory exceeds its capacity (a training plan on its memory alone, before it is
+costed). What is left is ranked by its **bound** — the least time the plan can take (every
+collective hidden behind kernels, the schedule's fill and drain); its estimate with the
+collectives hidden only behind their own pass (``--overlap``) is kept beside — and reduced to
+its **Pareto front** over step time, memory per device and devices used: a plan stays unless
+another is no slower, needs no more memory and no more devices, and is better in one of the
+three. A search of many plans is judged over the machine's cores in forked processes (the
+answer is the same bit for bit).
 
 Length: the candidates, the filters, the costing and the front, and ``--fit`` (the same search
 on one device count at a time), in one place, so that every dimension a plan has is enumerated
@@ -51,8 +57,8 @@ from attnroof.model.training_memory import FULL, NONE, SELECTIVE
 RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
 MAX_PLANS = 60_000
-"""The most plans one search tries: plans are costed one by one, some 4,500 a second on a small
-machine, so more than this (a quarter of a minute) is refused in one line — narrow the search
+"""The most plans one search tries: plans are costed one by one, some 5,000 a second a core, so
+more than this (a quarter of a minute on one core) is refused in one line — narrow the search
 with ``--where`` — rather than left running."""
 MAX_DEVICES = 1 << 20
 """The most devices a search takes: the largest clusters announced hold some 10⁵ GPUs."""
