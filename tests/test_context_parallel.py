@@ -229,3 +229,40 @@ def test_a_calibration_is_refused_under_context_parallelism(tmp_path):
     argv = ("model", "--model", "llama-3.1-8b", "--device", "h200", "--phase", "prefill", "--context", "8192")
     assert run_cli(*argv, "--tp", "2", "--calibration", str(cal)).returncode == 0
     assert_one_line_error(run_cli(*argv, "--cp", "2", "--calibration", str(cal)), "--calibration", "--cp 2")
+
+
+def test_the_all_gather_form_sends_what_the_ring_sends_in_one_collective():
+    """Llama 3's all-gather of K/V (the paper's §3.3.2) against TransformerEngine's ring, 8B
+    training at 1 × 8192, CP 4 (8 KV heads of 128, bf16; each device's K and V of 2048 tokens:
+    2048 · 2 · 8 · 128 · 2 B = 8,388,608 B). The ring: 3 steps of it per layer forward, 3 of twice
+    it backward. The all-gather: one gather of the whole 4 × 8,388,608 B per layer forward (each
+    device sends 3/4 of it: the same 25,165,824 B), and backward a second gather and a
+    reduce-scatter of the gradients (the same 2 × 25,165,824 B). Same bytes; the ring hides behind
+    attention, the gather before it cannot."""
+    ring, gather = (
+        train_spread(L8, 1, 8192, ROOF, NVLINK, Plan(cp=4, cp_comm=form)) for form in ("ring", "allgather")
+    )
+
+    def sent(s, pass_name, what):
+        return sum(
+            c.count * c.comm.bytes_per_device
+            for c in s.slowest.comms
+            if c.pass_name == pass_name and what in c.comm.name
+        )
+
+    local = 2048 * 2 * 8 * 128 * 2
+    assert local == 8_388_608
+    for s, what in ((ring, "ring"), (gather, "K/V")):
+        assert sent(s, FORWARD, what) == pytest.approx(32 * 3 * local)
+    assert sent(ring, BACKWARD, "ring") == pytest.approx(32 * 3 * 2 * local)
+    assert sent(gather, BACKWARD, "K/V") + sent(gather, BACKWARD, "dK/dV") == pytest.approx(
+        32 * 3 * 2 * local
+    )
+    assert {c.comm.collective for c in gather.slowest.comms if "K/V" in c.comm.name} == {"all-gather"}
+    assert gather.bound_time_s == pytest.approx(ring.bound_time_s, rel=1e-3)
+
+
+def test_cp_comm_needs_context_parallelism():
+    r = run_cli("model", "--model", "llama-3.1-8b", "--device", "h100", "--phase", "prefill", "--context", "8192",
+                "--tp", "2", "--cp-comm", "allgather")  # fmt: skip
+    assert r.returncode == 2 and "--cp-comm allgather applies to --cp 2 or more" in r.stderr

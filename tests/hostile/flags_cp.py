@@ -57,4 +57,8 @@ CASES = [
     Case("--fit --cp", argv=(*PREFILL, "--fit", "--cp", "2"), error=("--fit", "--cp")),
     Case("--cp 2 JSON", argv=(*PREFILL, "--cp", "2", "--json"), error=None, check=_plan_and_ring),
     Case("--cp 2 text", argv=(*PREFILL, "--cp", "2"), error=None, check=_text_names_cp),
+    Case(
+        "--cp-comm without --cp", argv=(*PREFILL, "--tp", "2", "--cp-comm", "allgather"), error=("--cp-comm",)
+    ),
+    Case("--cp-comm unknown", argv=(*PREFILL, "--cp", "2", "--cp-comm", "tree"), error=("--cp-comm", "tree")),
 ]

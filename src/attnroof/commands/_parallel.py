@@ -36,6 +36,13 @@ def add_parallel_args(p: argparse.ArgumentParser) -> None:
     ):
         g.add_argument(flag, type=positive_int, metavar=flag[2:].upper(), help=f"{what} (default 1)")
     g.add_argument(
+        "--cp-comm",
+        choices=("ring", "allgather"),
+        default="ring",
+        help="how the CP group shares K and V: ring (TransformerEngine's p2p, default) or allgather "
+        "(the Llama 3 paper's)",
+    )
+    g.add_argument(
         "--etp",
         type=positive_int,
         metavar="N",
@@ -100,6 +107,7 @@ def wants_parallel(args: argparse.Namespace) -> bool:
         or args.overlap
         or args.expert_imbalance != 1
         or args.schedule != "1f1b"
+        or args.cp_comm != "ring"
     )
 
 
@@ -112,7 +120,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     return Plan(
         tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
         overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
-        schedule=args.schedule, virtual_stages=args.virtual_stages or 1, cp=cp,
+        schedule=args.schedule, virtual_stages=args.virtual_stages or 1, cp=cp, cp_comm=args.cp_comm,
     )  # fmt: skip
 
 

@@ -195,27 +195,41 @@ def stage_send(
 
 RING_PASSES = {FORWARD: ("K/V ring step", 1), BACKWARD: ("K/V, dK/dV ring step", 2)}
 """Per pass, the ring's row name and its messages in local K/V's (the module's table)."""
+GATHER_PASSES = {FORWARD: (("K/V all-gather", "all_gather"),),
+                 BACKWARD: (("K/V all-gather", "all_gather"), ("dK/dV reduce-scatter", "reduce_scatter"))}  # fmt: skip
+"""Per pass, the all-gather form's collectives (the Llama 3 paper, §3.3.2; TransformerEngine's
+``all_gather`` communication type): the forward gathers every device's K and V before attention;
+the backward gathers them again and reduce-scatters their gradients."""
 
 
 def context_ring(
     model: ModelConfig, plan: Plan, shard: Shard, tokens: float, itemsize: float, links: Links,
     pass_name: str = "",
 ) -> list[CommOp]:  # fmt: skip
-    """Context parallelism's ring exchange of K and V over the ``plan.cp`` devices of a CP group
-    (the module's table): cp − 1 steps per attention layer, each sending K and V of the device's
-    ``tokens`` (a micro-batch's sequences × context/cp; the TP-cut KV heads); twice that in the
-    backward. ``pass_name`` "" is a prefill's forward."""
+    """Context parallelism's exchange of K and V over the ``plan.cp`` devices of a CP group (the
+    module's table). The ring: cp − 1 steps per attention layer, each sending K and V of the
+    device's ``tokens`` (a micro-batch's sequences × context/cp; the TP-cut KV heads), twice that
+    in the backward, hidden behind attention. The all-gather: the same bytes as one all-gather
+    (and, backward, a second and a reduce-scatter of the gradients), run before attention, so
+    only the rest of the pass can hide it. ``pass_name`` "" is a prefill's forward."""
     c = plan.cp
     if c == 1:
         return []
     link = group_link(links, c, plan.tp, f"--cp {c}")
-    name, messages = RING_PASSES[BACKWARD if pass_name == BACKWARD else FORWARD]
+    which = BACKWARD if pass_name == BACKWARD else FORWARD
     out = []
     for row in layer_table(model, shard):
-        if "context_shards" in row.shape:  # an attention row the shard cut for CP
-            local_kv = tokens * row.kv_elements_per_token * itemsize * messages
-            ring = coll.send_recv(local_kv, c, name=name)
-            out.append(CommOp(ring, (c - 1) * row.count, link, row.layer_kind, pass_name, ATTENTION))
+        if "context_shards" not in row.shape:  # only the attention rows the shard cut for CP
+            continue
+        local_kv = tokens * row.kv_elements_per_token * itemsize
+        if plan.cp_comm == "allgather":  # the whole sequence's K/V, c × the local, before attention
+            for name, collective in GATHER_PASSES[which]:
+                comm = getattr(coll, collective)(c * local_kv, c, name=name)
+                out.append(CommOp(comm, row.count, link, row.layer_kind, pass_name))
+            continue
+        name, messages = RING_PASSES[which]
+        ring = coll.send_recv(local_kv * messages, c, name=name)
+        out.append(CommOp(ring, (c - 1) * row.count, link, row.layer_kind, pass_name, ATTENTION))
     return out
 
 

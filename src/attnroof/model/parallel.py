@@ -97,6 +97,9 @@ class Plan:
     """Interleaved: model chunks per device."""
     cp: int = 1
     """Context parallelism: each sequence's tokens over ``cp`` devices, K/V passed in a ring."""
+    cp_comm: str = "ring"
+    """How the CP group shares K and V: ``ring`` (TransformerEngine's p2p, overlapped with
+    attention) or ``allgather`` (the Llama 3 paper's, §3.3.2: gathered before attention)."""
 
     @property
     def devices(self) -> int:
@@ -137,6 +140,7 @@ class Plan:
             "ep": self.ep,
             "dp": self.dp,
             "cp": self.cp,
+            "cp_comm": self.cp_comm,
             "devices": self.devices,
             "sequence_parallel": self.sp,
             "microbatches": self.microbatches,
@@ -233,12 +237,20 @@ def check_sequence_split(plan: Plan, tokens: int) -> None:
         )
 
 
+CP_COMMS = ("ring", "allgather")
+"""How a CP group can share K and V (:attr:`Plan.cp_comm`)."""
+
+
 def check_context_split(plan: Plan, phase: str, context: int, *, fused: bool) -> None:
     """Context parallelism cuts each prompt into 2·cp chunks (two a device, Megatron's load
     balance): the context must divide; decode (one new token a sequence) has nothing to cut, and
     the ring runs fused attention kernels (TransformerEngine's flash and cuDNN backends)."""
     c = plan.cp
+    if plan.cp_comm not in CP_COMMS:
+        raise InputError(f"--cp-comm {plan.cp_comm!r} is not one of {', '.join(CP_COMMS)}", param="--cp-comm")
     if c == 1:
+        if plan.cp_comm != "ring":
+            raise InputError(f"--cp-comm {plan.cp_comm} applies to --cp 2 or more", param="--cp-comm")
         return
     if phase == DECODE:
         raise InputError(

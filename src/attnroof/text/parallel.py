@@ -24,7 +24,8 @@ SCHEDULE_NAMES = {ONE_F_ONE_B: "1F1B", INTERLEAVED: "interleaved 1F1B", ZB_H1: "
 
 def plan_line(s: Spread) -> str:
     p = s.plan
-    parts = [f"TP {p.tp}", *([f"CP {p.cp}"] if p.cp > 1 else []), f"PP {p.pp}", f"DP {p.dp}"]
+    cp = [f"CP {p.cp}" + (" (K/V all-gathered)" if p.cp_comm == "allgather" else "")] if p.cp > 1 else []
+    parts = [f"TP {p.tp}", *cp, f"PP {p.pp}", f"DP {p.dp}"]
     parts += [f"EP {p.ep}"] if p.ep > 1 else []
     extra = [x for x, on in (("sequence parallel", p.sp), ("overlapped", p.overlap)) if on]
     if p.etp and p.etp != p.tp:  # the experts' own grid (Megatron's ETP × EP × EDP)
