@@ -285,6 +285,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                     out += ["--pp", "2", "--microbatches", draw(st.sampled_from(["1", "2"]))]
                     out += [*_schedule(draw)]
                 out += ["--cp", draw(st.sampled_from(["1", "2"]))]  # context parallelism
+                out += ["--cp-comm", draw(st.sampled_from(["ring", "allgather"]))]
         else:
             if draw(st.booleans()):
                 out += ["--sweep-batch", draw(st.sampled_from(["1,8,64", "1..256", "2"]))]
@@ -310,6 +311,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                 ]
                 out += _flag(draw, "--overlap") + _schedule(draw)
                 out += ["--cp", draw(st.sampled_from(["1", "2"]))]  # context parallelism
+                out += ["--cp-comm", draw(st.sampled_from(["ring", "allgather"]))]
             elif plan == "fit":
                 out += ["--fit", *(["--sweep-tp", "1,2"] if draw(st.booleans()) else [])]
             elif plan == "sweep":
