@@ -466,17 +466,21 @@ register(
 )  # fmt: skip
 
 
+def _activated(i: OpInstance, tokens: Num) -> Num:
+    """The rows the activation runs on: every token, or for experts every routed one (``routed``
+    = top_k per token), × the imbalance on the busiest device."""
+    return tokens * i.shape.get("routed", 1) * i.shape.get("imbalance", 1)
+
+
 def _bind_activation(i: OpInstance, st: Step) -> Call:
-    """The MLP's activation; for experts, on every routed token (``routed`` = top_k per token)."""
+    """The MLP's activation, on :func:`_activated` rows."""
     kw = dict(gated=i.shape["gated"], itemsize=st.prec.itemsize, function=i.shape.get("function", "silu"))
-    return Call((st.tokens() * i.shape.get("routed", 1) * i.shape.get("imbalance", 1), i.shape["width"]), kw)
+    return Call((_activated(i, st.tokens()), i.shape["width"]), kw)
 
 
 def _saved_activation(i: OpInstance, s: Saving) -> Num:
-    """Gated: gate and up; else its input (experts: on every routed token, × the imbalance on
-    the busiest device)."""
-    routed = s.tokens * i.shape.get("routed", 1) * i.shape.get("imbalance", 1)
-    return routed * i.shape["width"] * (2 if i.shape["gated"] else 1) * s.itemsize
+    """Gated: gate and up; else its input, on :func:`_activated` rows."""
+    return _activated(i, s.tokens) * i.shape["width"] * (2 if i.shape["gated"] else 1) * s.itemsize
 
 
 register(
