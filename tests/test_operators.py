@@ -20,6 +20,7 @@ def test_every_formula_is_registered_once():
     cost_formulas = {
         "attention",
         "decode",
+        "chunk",
         "linear",
         "softmax",
         "norm",

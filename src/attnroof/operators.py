@@ -41,7 +41,7 @@ formulas return a :class:`~attnroof.ops.collectives.Comm` for the link roof, and
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
     >>> sorted(o for o in OPERATORS if OPERATORS[o].kind != COLLECTIVE)
-    ['activation', 'add', 'attention', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'norm', 'softmax']
+    ['activation', 'add', 'attention', 'chunk', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'norm', 'softmax']
     >>> [o for o in OPERATORS if OPERATORS[o].kind == COLLECTIVE]
     ['all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'send/recv']
 
@@ -64,13 +64,25 @@ from attnroof.errors import InputError
 from attnroof.ops import attention, decode, linear
 from attnroof.ops import backward as bwd
 from attnroof.ops import collectives as coll
-from attnroof.ops.attention import MASK, QK, SOFTMAX, causal_band, causal_half
+from attnroof.ops.attention import MASK, QK, SOFTMAX, causal_band, causal_half, chunk
 from attnroof.ops.backward import FP32_BYTES
 from attnroof.ops.elementwise import activation, add, copy, embedding, norm
 from attnroof.ops.experts import expert_gemm
 from attnroof.ops.latent import NAIVE, latent_attention
 from attnroof.ops.softmax import softmax
-from attnroof.row import COLUMN, HEADS, PREFILL, REPLICATED, ROW, SPLITS, VOCAB, OpInstance, Saving, Step
+from attnroof.row import (
+    CHUNK,
+    COLUMN,
+    HEADS,
+    PREFILL,
+    REPLICATED,
+    ROW,
+    SPLITS,
+    VOCAB,
+    OpInstance,
+    Saving,
+    Step,
+)
 
 GEMM, ATTENTION, MEMORY_PASS, COLLECTIVE = "gemm", "attention", "memory", "collective"
 KINDS = (GEMM, ATTENTION, MEMORY_PASS, COLLECTIVE)
@@ -319,6 +331,11 @@ def _bind_attention(i: OpInstance, st: Step) -> Call:
     context tokens are the queries, against the C · context keys of the whole sequence."""
     kw = _attention_kwargs(i, st)
     d = i.shape["head_dim"]
+    if st.phase == CHUNK:  # the last ``queries`` of each sequence, against the cache before them
+        if i.shape.get("context_shards", 1) > 1:
+            raise InputError("a chunk against a cache under context parallelism is not modelled", param="cp")
+        window = i.shape.get("window")
+        return Call((st.queries, st.context, d), {**kw, "window": window}, via="chunk")
     if st.phase == PREFILL:
         kw |= {"causal": True, "window": i.shape.get("window")}
         if (shards := i.shape.get("context_shards", 1)) > 1:
@@ -382,6 +399,14 @@ register(
     "decode", decode, kind=ATTENTION, backward=bwd.decode_backward, measured_as="attention",
     weight_gradient=no_weights,
 )  # fmt: skip
+register(
+    "chunk",
+    chunk,
+    kind=ATTENTION,
+    backward=bwd.chunk_backward,
+    measured_as="attention",
+    weight_gradient=no_weights,
+)
 
 
 # ---------------------------------------------------------------- latent attention
@@ -405,6 +430,8 @@ def _bind_latent(i: OpInstance, st: Step) -> Call:
     )
     if st.phase == PREFILL:
         return Call((st.context, st.context), {**kw, "form": NAIVE, "causal": True})
+    if st.phase == CHUNK:  # a chunk decompresses the cache, as prefill does
+        return Call((st.queries, st.context), {**kw, "form": NAIVE, "causal": True})
     return Call((1, i.cached_tokens(st.context)), {**kw, "form": st.latent_form})
 
 

@@ -20,8 +20,13 @@ from attnroof.ops.experts import UNIFORM
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
-PREFILL, DECODE = "prefill", "decode"
+PREFILL, DECODE, CHUNK = "prefill", "decode", "chunk"
 PHASES = (PREFILL, DECODE)
+"""The steps a whole model is analysed at."""
+STEP_PHASES = (*PHASES, CHUNK)
+"""And a chunk: ``queries`` new tokens per sequence against a cache that ends at ``context``
+(chunked prefill, the serving engine's mixed steps). Prefill is the chunk of the whole
+context, decode the chunk of one token."""
 
 EMBEDDING, LAYER, HEAD = "embedding", "layer", "head"
 LOCAL, GLOBAL, DENSE_MLP, MOE = "local attention", "global attention", "dense MLP", "MoE"
@@ -67,16 +72,21 @@ class Step:
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT
     routing: str = UNIFORM
     latent_form: str = ABSORBED
+    queries: Num = 1
+    """A chunk's new tokens per sequence (:data:`CHUNK`); ``context`` then counts them too."""
 
     def __post_init__(self) -> None:
-        if self.phase not in PHASES:
-            raise ValueError(f"unknown phase {self.phase!r}; known: {', '.join(PHASES)}")
+        if self.phase not in STEP_PHASES:
+            raise ValueError(f"unknown phase {self.phase!r}; known: {', '.join(STEP_PHASES)}")
 
     def tokens(self, which: str = ALL_TOKENS) -> Num:
-        """Tokens through an instance: ``batch × context`` at prefill, ``batch`` at decode; the
-        last position of each sequence (``batch``) for a ``LAST_TOKEN`` instance."""
+        """Tokens through an instance: ``batch × context`` at prefill, ``batch`` at decode,
+        ``batch × queries`` in a chunk; the last position of each sequence (``batch``) for a
+        ``LAST_TOKEN`` instance."""
         if which == LAST_TOKEN or self.phase == DECODE:
             return self.batch
+        if self.phase == CHUNK:
+            return self.batch * self.queries
         return self.batch * self.context
 
 

@@ -18,6 +18,19 @@ Fused (one kernel; S and P live on chip tile by tile and never land)::
 Values may be narrower than queries and keys (``d_v``; DeepSeek's latent attention: d = 192 for
 Q·Kᵀ, d_v = 128 for P·V). A sliding ``window`` of w keys (causal prefill) keeps only the band of
 the score matrix within w of the diagonal: ½s² − ½(s − w)² scores for s > w, all ½s² otherwise.
+
+A **chunk** (:func:`chunk`: chunked prefill, a prompt after a cached prefix, a speculative
+draft being verified) is ``s_q`` new queries at the end of a sequence of ``s_kv`` tokens, the
+first p = s_kv − s_q of them already cached. Its scores are a rectangle and a triangle::
+
+    s_q × p  every new query against every cached key (those within a window)
+    ½ s_q²   the new queries among themselves, causal (the prefill convention)
+
+so a chunk of the whole sequence (p = 0) is causal prefill and a chunk of one token is decode,
+score for score and byte for byte.
+
+Length: the three shapes of one stage table (prefill, decode, a chunk) and the score counts
+they share, kept together so that the chunk's two ends can never drift from the other two.
 """
 
 from __future__ import annotations
@@ -97,6 +110,52 @@ def causal_band(s: Num, window: Num) -> Num:
     return causal_half(s * s) - causal_half(beyond * beyond)
 
 
+def _triangular(n: Num) -> Num:
+    """1 + 2 + … + n (0 for n ≤ 0 is the caller's business): whole for integers."""
+    return n * (n + 1) // 2 if _is_integer(n) else n * (n + 1) / 2
+
+
+def _capped_sum(n: Num, cap: Num) -> Num:
+    """min(cap, x) summed over x = 1 … n (n ≥ 0): a triangle up to ``cap``, then ``cap`` a step."""
+    m = arrays.minimum(n, cap)
+    return _triangular(m) + (n - m) * cap
+
+
+def chunk_scores(s_q: Num, s_kv: Num, window: Num | None = None) -> Num:
+    """Scores of one query head when the last ``s_q`` of ``s_kv`` tokens are the queries (the
+    first p = s_kv − s_q cached): s_q·p for the rectangle against the cache, and the causal
+    triangle of the chunk itself counted as prefill counts it (:func:`causal_half`). With a
+    ``window`` of w keys, the chunk's band (:func:`causal_band`) and, of the rectangle, the
+    cached keys within the window of each query: query i (0-based) sees min(p, w − 1 − i) of
+    them, summed over x = w − s_q … w − 1 of min(p, x).
+
+    >>> chunk_scores(4096, 4096) == causal_half(4096 * 4096)      # p = 0: prefill
+    True
+    >>> chunk_scores(1, 8192), chunk_scores(1, 8192, window=4096)  # one token: decode reads s, or w
+    (8192, 4096)
+    >>> chunk_scores(512, 8192)                                    # 512 · 7680 + ½ · 512²
+    4063232
+    """
+    past = s_kv - s_q
+    if window is None:
+        return s_q * past + causal_half(s_q * s_q)
+    last = window - 1  # the most cached keys a query can see: the first query's
+    rectangle = _capped_sum(arrays.maximum(last, 0), past) - _capped_sum(arrays.maximum(last - s_q, 0), past)
+    return rectangle + causal_band(s_q, window)
+
+
+def chunk_keys(s_q: Num, s_kv: Num, window: Num | None = None) -> Num:
+    """Keys (and values) a chunk reads: all ``s_kv``, or with a ``window`` the chunk's own and
+    the last w − 1 cached before it (the first query's reach).
+
+    >>> chunk_keys(1, 8192, window=4096), chunk_keys(512, 8192, window=4096)
+    (4096, 4607)
+    """
+    if window is None:
+        return s_kv
+    return arrays.minimum(s_kv - s_q, window - 1) + s_q
+
+
 def _check(
     s: Num,
     d: Num,
@@ -149,18 +208,25 @@ def _attention(
     mask_pass: bool = False,
     d_v: Num | None = None,
     window: Num | None = None,
+    last: bool = False,
 ) -> Cost:
-    """One KV head and its ``group`` query heads."""
+    """One KV head and its ``group`` query heads; ``last``: the queries are the sequence's last
+    ``s_q`` (a chunk), else a share of it (context parallelism) or all of it."""
     skip = causal and not mask_pass  # causal tiles skipped, or every score computed then masked
-    scores = group * kept_scores(s_q, s_kv, skip, window)  # elements of S (and of P) per KV head
+    if last:
+        scores = group * chunk_scores(s_q, s_kv, window)
+        keys = chunk_keys(s_q, s_kv, window)
+    else:
+        scores = group * kept_scores(s_q, s_kv, skip, window)  # elements of S (and of P) per KV head
+        keys = s_kv
     dv = d if d_v is None else d_v
     qk_flops = scores * matmul_flops(1, d, 1)  # each score: a (1×d)·(d×1) dot product
     pv_flops = scores * matmul_flops(1, 1, dv)  # each kept score weights one d_v-vector of V
     sm_flops = softmax_flops(scores, softmax_flops_per_element)
 
     q = Access("Q", group * s_q * d * itemsize)
-    k = Access("K", s_kv * d * kv_itemsize)
-    v = Access("V", s_kv * dv * kv_itemsize)
+    k = Access("K", keys * d * kv_itemsize)
+    v = Access("V", keys * dv * kv_itemsize)
     o = Access("O", group * s_q * dv * itemsize)
     if fused:
         return Cost((Stage(FUSED, qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
@@ -282,5 +348,62 @@ def decode(
         itemsize=itemsize,
         kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
         softmax_flops_per_element=softmax_flops_per_element,
+    )
+    return one * (batch * kv_heads)
+
+
+def chunk(
+    s_q: Num,
+    s_kv: Num,
+    d: Num,
+    *,
+    fused: bool = True,
+    group: Num = 1,
+    itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    batch: Num = 1,
+    kv_heads: Num = 1,
+    d_v: Num | None = None,
+    window: Num | None = None,
+) -> Cost:
+    """``s_q`` new queries against a sequence of ``s_kv`` tokens whose first s_kv − s_q are
+    cached: chunked prefill, a prompt after a cached prefix, a draft being verified. Scores by
+    :func:`chunk_scores`; Q and O of the chunk, K and V of every key it reads
+    (:func:`chunk_keys`). Its two ends are the other two formulas:
+
+    >>> chunk(8192, 8192, 128) == attention(8192, 128, causal=True, fused=True)
+    True
+    >>> chunk(1, 8192, 128, fused=False) == decode(8192, 128)
+    True
+
+    Between them, a chunk of 512 against 7,680 cached tokens (the rectangle and the triangle,
+    4,063,232 scores; Q and O 2·512·128, K and V 2·8192·128, 2 bytes each):
+
+    >>> c = chunk(512, 8192, 128)
+    >>> c.flops == 4063232 * (4 * 128 + 5), c.bytes == 2 * (2 * 512 * 128 + 2 * 8192 * 128)
+    (True, True)
+    """
+    _check(s_kv, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
+    validate.size("s_q", s_q)
+    _check_widths(d_v, window, True)
+    if not arrays.is_scalar(s_q - s_kv):
+        if bool((arrays.as_float(s_q) > arrays.as_float(s_kv)).any()):
+            raise InputError("a chunk of more queries than the sequence has tokens", param="s_q")
+    elif s_q > s_kv:
+        raise InputError(f"a chunk of {s_q} queries in a sequence of {s_kv} tokens", param="s_q")
+    one = _attention(
+        s_q,
+        s_kv,
+        d,
+        fused=fused,
+        causal=True,
+        d_v=d_v,
+        window=window,
+        group=group,
+        itemsize=itemsize,
+        kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
+        softmax_flops_per_element=softmax_flops_per_element,
+        last=True,
     )
     return one * (batch * kv_heads)

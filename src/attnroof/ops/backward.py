@@ -44,7 +44,7 @@ from __future__ import annotations
 from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
-from attnroof.ops.attention import _check, _queries, kept_scores
+from attnroof.ops.attention import _check, _queries, chunk_keys, chunk_scores, kept_scores
 from attnroof.ops.experts import UNIFORM, expert_share, touched_experts
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
@@ -110,9 +110,15 @@ def _attention_backward(
     softmax_flops_per_element: Num,
     window: Num | None = None,
     d_v: Num | None = None,
+    last: bool = False,
 ) -> Cost:
-    """One KV head and its ``group`` query heads; values (and O) ``d_v`` wide (default ``d``)."""
-    scores = group * kept_scores(s_q, s_kv, causal, window)
+    """One KV head and its ``group`` query heads; values (and O) ``d_v`` wide (default ``d``);
+    ``last``: the queries are the sequence's last ``s_q`` (a chunk, as the forward counts it)."""
+    if last:
+        scores = group * chunk_scores(s_q, s_kv, window)
+        s_kv = chunk_keys(s_q, s_kv, window)
+    else:
+        scores = group * kept_scores(s_q, s_kv, causal, window)
     dv_ = d if d_v is None else d_v
     mm = scores * matmul_flops(1, d, 1)  # one s×s×d product (S, dQ, dK), per kept score
     mm_v = scores * matmul_flops(1, 1, dv_)  # one s×s×d_v product (dV, dP)
@@ -189,6 +195,46 @@ def attention_backward(
         softmax_flops_per_element=softmax_flops_per_element,
         window=window,
         d_v=d_v,
+    )
+    return one * (batch * kv_heads)
+
+
+def chunk_backward(
+    s_q: Num,
+    s_kv: Num,
+    d: Num,
+    *,
+    fused: bool = True,
+    group: Num = 1,
+    itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    batch: Num = 1,
+    kv_heads: Num = 1,
+    d_v: Num | None = None,
+    window: Num | None = None,
+) -> Cost:
+    """The backward of a chunk (:func:`attnroof.ops.attention.chunk`): dQ of its ``s_q``
+    queries, dK and dV of every key they read; of the whole sequence it is prefill's.
+
+    >>> chunk_backward(8192, 8192, 128) == attention_backward(8192, 128, fused=True, causal=True)
+    True
+    """
+    _check(s_kv, d, group, itemsize, kv_itemsize, softmax_flops_per_element, batch, kv_heads)
+    validate.size("s_q", s_q)
+    one = _attention_backward(
+        s_q,
+        s_kv,
+        d,
+        fused=fused,
+        causal=True,
+        group=group,
+        itemsize=itemsize,
+        kv_itemsize=itemsize if kv_itemsize is None else kv_itemsize,
+        softmax_flops_per_element=softmax_flops_per_element,
+        window=window,
+        d_v=d_v,
+        last=True,
     )
     return one * (batch * kv_heads)
 

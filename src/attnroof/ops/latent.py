@@ -33,7 +33,7 @@ from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.errors import InputError
-from attnroof.ops.attention import FUSED, PV, QK, SOFTMAX, attention, decode, kept_scores
+from attnroof.ops.attention import FUSED, PV, QK, SOFTMAX, attention, chunk, chunk_scores, decode, kept_scores
 from attnroof.ops.matmul import matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT, softmax_flops
 
@@ -94,8 +94,10 @@ def latent_attention(
         )  # fmt: skip
         if s_q == 1 and not causal:
             heads_part = decode(s_kv, n + rho, **kw)
+        elif causal:  # the last s_q queries: prefill is the chunk of all s_kv
+            heads_part = chunk(s_q, s_kv, n + rho, window=window, **kw)
         else:
-            heads_part = attention(s_kv, n + rho, causal=causal, window=window, **kw)
+            heads_part = attention(s_kv, n + rho, window=window, **kw)
         return Cost((up,)) + heads_part
     rows = batch * s_q * H  # query rows, all heads
     q_absorb = Stage(
@@ -110,7 +112,7 @@ def latent_attention(
         (Access("o_lat", rows * r * a), Access("W_UV", H * r * v * w)),
         (Access("O", rows * v * a),),
     )
-    scores = batch * H * kept_scores(s_q, s_kv, causal, window)
+    scores = batch * H * (chunk_scores(s_q, s_kv, window) if causal else kept_scores(s_q, s_kv, False))
     qk = scores * matmul_flops(1, r + rho, 1)
     pv = scores * matmul_flops(1, 1, r)
     sm = softmax_flops(scores, softmax_flops_per_element)
