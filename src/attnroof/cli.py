@@ -117,6 +117,7 @@ FLAG_OF_PARAM = {
     "peak_flops_per_s": "--peak-flops",
     "bandwidth_bytes_per_s": "--bandwidth",
     "capacity_bytes": "--capacity",
+    "board_power_w": "--board-power",
     "device": "--device",
     "dtype": "--dtype",
     "heads": "--heads",

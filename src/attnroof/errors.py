@@ -70,6 +70,10 @@ class MissingPeak(DeviceError, LookupError):
     """The device has no peak FLOP/s figure for the dtype asked for."""
 
 
+class MissingBoardPower(DeviceError, LookupError):
+    """The device has no board power figure, and something (energy) needs one."""
+
+
 class MissingExtra(AttnroofError, ImportError):
     """An optional dependency (torch, matplotlib) is not installed."""
 

@@ -16,6 +16,7 @@ from attnroof.devices import (
     MAX_PLAUSIBLE_BANDWIDTH,
     MAX_PLAUSIBLE_CAPACITY,
     MAX_PLAUSIBLE_FLOPS,
+    MAX_PLAUSIBLE_POWER,
     Device,
     get_device,
 )
@@ -61,7 +62,12 @@ MAX_SIZE = 2**40
 its FLOP counts would outrun a float's exact range."""
 MAX_SOFTMAX_FLOPS = 1000
 """FLOPs per score: the usual counts are 0 to about 10; beyond 1000 the figure is a typo."""
-MAX_RATE = {"FLOP/s": MAX_PLAUSIBLE_FLOPS, "B/s": MAX_PLAUSIBLE_BANDWIDTH, "B": MAX_PLAUSIBLE_CAPACITY}
+MAX_RATE = {
+    "FLOP/s": MAX_PLAUSIBLE_FLOPS,
+    "B/s": MAX_PLAUSIBLE_BANDWIDTH,
+    "B": MAX_PLAUSIBLE_CAPACITY,
+    "W": MAX_PLAUSIBLE_POWER,
+}
 """The largest figure a single device can plausibly have, per unit: the device module's limits
 (:data:`attnroof.devices.MAX_PLAUSIBLE_FLOPS` and the others, with their reasons), so a flag and a
 device file refuse the same figures."""
@@ -142,7 +148,8 @@ def positive_quantity(text: str) -> float:
 
 
 def device_figure(flag: str, unit: str) -> Callable[[str], float]:
-    """The type of ``--peak-flops`` (``unit`` FLOP/s), ``--bandwidth`` (B/s), ``--capacity`` (B):
+    """The type of ``--peak-flops`` (``unit`` FLOP/s), ``--bandwidth`` (B/s), ``--capacity`` (B),
+    ``--board-power`` (W):
     a :func:`positive_quantity` no larger than :data:`MAX_RATE` allows for the unit."""
     limit = MAX_RATE[unit]
 
@@ -203,6 +210,12 @@ def add_device_args(
         metavar="BYTES",
         help="override memory capacity, e.g. 80e9 or 80G",
     )
+    g.add_argument(
+        "--board-power",
+        type=device_figure("--board-power", "W"),
+        metavar="W",
+        help="override board power in watts (energy per token charges it), e.g. 700",
+    )
 
 
 def add_softmax_arg(p: argparse.ArgumentParser) -> None:
@@ -231,13 +244,15 @@ def add_json_arg(p: argparse.ArgumentParser) -> None:
 
 
 def device_from_args(args: argparse.Namespace) -> Device:
-    """The device named by ``--device``, with ``--peak-flops/--bandwidth/--capacity`` applied."""
+    """The device named by ``--device``, with ``--peak-flops/--bandwidth/--capacity/--board-power``
+    applied."""
     dev = get_device(args.device)
     return dev.with_overrides(
         dtype_from_args(args),
         peak_flops_per_s=args.peak_flops,
         bandwidth_bytes_per_s=args.bandwidth,
         capacity_bytes=args.capacity,
+        board_power_w=args.board_power,
     )
 
 

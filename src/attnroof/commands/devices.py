@@ -77,7 +77,7 @@ COMMANDS = (
         "devices",
         _setup,
         _run,
-        description="List the device catalog (dense peak, bandwidth, capacity and ridge per part), or show "
+        description="List the device catalog (dense peak, bandwidth, capacity, board power and ridge per part), or show "
         "one device with every figure, its notes and its source. $ATTNROOF_DEVICES adds or replaces devices.",
     ),
 )

@@ -80,6 +80,7 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
         peak_flops_per_s=args.peak_flops,
         bandwidth_bytes_per_s=args.bandwidth,
         capacity_bytes=args.capacity,
+        board_power_w=args.board_power,
     )
     return dev, dts
 

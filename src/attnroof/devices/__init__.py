@@ -1,8 +1,8 @@
-"""Devices: peak FLOP/s per dtype, memory bandwidth and capacity, each with its source.
+"""Devices: peak FLOP/s per dtype, memory bandwidth and capacity, board power, each with its source.
 
 A device comes from the packaged catalog (``catalog.toml``) by name or alias, from a TOML file
 of the user's (one device, or a ``[[device]]`` list), or from command-line overrides on top
-of either. All figures are SI: FLOP/s, bytes/s, bytes. Peaks are dense: a vendor's
+of either. All figures are SI: FLOP/s, bytes/s, bytes, watts. Peaks are dense: a vendor's
 "with sparsity" headline is halved before it enters the catalog, and ``sparse_headline`` says so.
 
 A device file::
@@ -36,10 +36,12 @@ from attnroof.devices.checks import (
     MAX_PLAUSIBLE_BANDWIDTH,
     MAX_PLAUSIBLE_CAPACITY,
     MAX_PLAUSIBLE_FLOPS,
+    MAX_PLAUSIBLE_POWER,
     MIN_PLAUSIBLE_CAPACITY,  # noqa: F401 (re-exported: the measure and plot extras check figures too)
     MIN_PLAUSIBLE_RATE,  # noqa: F401
     check_capacity,
     check_onchip,
+    check_power,
     check_rate,
 )
 from attnroof.devices.links import Links, links_from_record
@@ -71,6 +73,9 @@ _OPTIONAL = {
     "notes",
     "vendor",
     "kind",
+    "board_power_w",
+    "board_power_source",
+    "board_power_note",
 }
 
 
@@ -94,6 +99,13 @@ class Device:
     notes: str = ""
     vendor: str = ""
     kind: str = ""
+    board_power_w: float | None = None
+    """The vendor's board power in watts (maximum TDP, maximum board power, TBP/TGP), or None
+    where no source gives one: what :func:`attnroof.devices.energy.energy_per_token` charges."""
+    board_power_source: str = ""
+    board_power_note: str = ""
+    """Which figure ``board_power_w`` is (TDP of the SXM module, a card's maximum power), or why
+    there is none."""
     origin: str = field(default="", compare=False)
     """Where this record was read from (the catalog, a file path)."""
     overridden: tuple[str, ...] = ()
@@ -122,6 +134,7 @@ class Device:
         peak_flops_per_s: float | None = None,
         bandwidth_bytes_per_s: float | None = None,
         capacity_bytes: float | None = None,
+        board_power_w: float | None = None,
     ) -> Device:
         """A copy with the figures given replaced; ``peak_flops_per_s`` applies to ``dt``."""
         changes: dict[str, Any] = {}
@@ -138,6 +151,9 @@ class Device:
         if capacity_bytes is not None:
             _override_check(check_capacity, "capacity_bytes", capacity_bytes)
             changes["capacity_bytes"] = float(capacity_bytes)
+        if board_power_w is not None:
+            _override_check(check_power, "board_power_w", board_power_w)
+            changes["board_power_w"] = float(board_power_w)
         if not changes:
             return self
         labels = [f"peak_flops_per_s.{dtype(dt).name}" if k == "peak_flops_per_s" else k for k in changes]
@@ -153,6 +169,9 @@ class Device:
             "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
             "capacity_bytes": self.capacity_bytes,
             "onchip_bytes": self.onchip_bytes,
+            "board_power_w": self.board_power_w,
+            "board_power_source": self.board_power_source,
+            "board_power_note": self.board_power_note,
             "capacity_marketed": self.capacity_marketed,
             "capacity_source": self.capacity_source,
             "links": self.links.to_json(),
@@ -217,6 +236,8 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
                 f"{record['capacity_bytes']:g}: on-chip memory (caches, SRAM) is part of a device's "
                 "memory, not more than all of it (both are bytes)"
             )
+    if "board_power_w" in record:
+        _wrap(at, check_power, "board_power_w", record["board_power_w"])
     aliases = record.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
         raise DeviceFileError(f"{at}'aliases' must be a list of strings")
@@ -228,6 +249,8 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         "kind",
         "capacity_marketed",
         "capacity_source",
+        "board_power_source",
+        "board_power_note",
     ):
         if key in record and not isinstance(record[key], str):
             raise DeviceFileError(f"{at}{key!r} must be a string")
@@ -246,6 +269,9 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         notes=record.get("notes", ""),
         vendor=record.get("vendor", ""),
         kind=record.get("kind", ""),
+        board_power_w=_opt_float(record.get("board_power_w")),
+        board_power_source=record.get("board_power_source", ""),
+        board_power_note=record.get("board_power_note", ""),
         origin=origin,
     )
 
@@ -466,11 +492,13 @@ __all__ = [
     "MAX_PLAUSIBLE_BANDWIDTH",
     "MAX_PLAUSIBLE_CAPACITY",
     "MAX_PLAUSIBLE_FLOPS",
+    "MAX_PLAUSIBLE_POWER",
     "Device",
     "builtin_devices",
     "catalog",
     "ceilings_device",
     "check_capacity",
+    "check_power",
     "check_rate",
     "device_from_record",
     "get_device",

@@ -24,6 +24,13 @@ at 2.1e16, which this bound still admits (a 1e16 bound would not)."""
 MAX_PLAUSIBLE_CAPACITY = 1e16
 """Above 1e16 bytes (10 PB) of memory is not one device's: GPUs hold ~1e11 and the largest
 single hosts ~3e13 (24 TB), so this leaves ~300× headroom."""
+MIN_PLAUSIBLE_POWER = 1.0
+"""Below 1 W a board power was almost surely typed in kW (0.7 for a 700 W part): the smallest
+accelerator cards draw tens of watts (a T4 70 W, an L4 72 W)."""
+MAX_PLAUSIBLE_POWER = 1e5
+"""Above 1e5 W (100 kW) a power is not one device's: the largest boards are ~1.4e3 W (an MI355X, a
+GB300 GPU) and a whole wafer-scale system some 2.3e4 W, so this leaves ~70× headroom and catches a
+rack's or a cluster's total, or a figure typed in mW."""
 
 
 def _show(value: Any) -> str:
@@ -93,4 +100,19 @@ def check_onchip(what: str, value: Any) -> None:
         raise DeviceFileError(
             f"{what} = {_show(value)} bytes is implausibly large for one device "
             f"(above {_power(MAX_PLAUSIBLE_CAPACITY)} bytes)"
+        )
+
+
+def check_power(what: str, value: Any) -> None:
+    """:class:`DeviceFileError` unless ``value`` is a plausible board power of one device in
+    watts: between :data:`MIN_PLAUSIBLE_POWER` and :data:`MAX_PLAUSIBLE_POWER`."""
+    _check_figure(what, value, "W")
+    if value < MIN_PLAUSIBLE_POWER:
+        raise DeviceFileError(
+            f"{what} = {value!r} W is implausibly small: board power is in watts, not kW (write e.g. 700)"
+        )
+    if value > MAX_PLAUSIBLE_POWER:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} W is implausibly large for one device (above "
+            f"{_power(MAX_PLAUSIBLE_POWER)} W): board power is the watts of a single device (write e.g. 700)"
         )

@@ -21,10 +21,11 @@ WRAP = 100
 """Characters per line for the notes and sources of ``attnroof devices NAME``."""
 
 LIST_HEADERS = (
-    "device", "vendor", "{dt} {unit}", "TB/s", "GB", "link GB/s", "domain", "ridge FLOP/B", "aliases",
+    "device", "vendor", "{dt} {unit}", "TB/s", "GB", "W", "link GB/s", "domain", "ridge FLOP/B", "aliases",
 )  # fmt: skip
-"""GB: the memory the device has (decimal GB of its real bytes, not the marketed figure); link:
-the scale-up bandwidth one way per device; domain: the devices one scale-up domain joins."""
+"""GB: the memory the device has (decimal GB of its real bytes, not the marketed figure); W: the
+board power (the vendor's maximum TDP or board power; — where no source gives one); link: the
+scale-up bandwidth one way per device; domain: the devices one scale-up domain joins."""
 
 
 # ---------------------------------------------------------------- figures
@@ -53,7 +54,8 @@ def fig(value: float | None, unit: float) -> str:
 
 
 def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[list[str]]:
-    """One row per device: name, vendor, peak (TFLOP/s), bandwidth (TB/s), capacity (GB), ridge, aliases."""
+    """One row per device: name, vendor, peak (TFLOP/s), bandwidth (TB/s), capacity (GB), board
+    power (W), scale-up link and domain, ridge, aliases."""
     rows = []
     for dev in devices:
         shown = shown_dtype(dev, dt)
@@ -69,6 +71,7 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
                 peak,
                 fig(dev.bandwidth_bytes_per_s, TB_PER_S),
                 fig(_round(dev.capacity_bytes), GB),
+                fig(dev.board_power_w, 1),
                 fig(dev.links.scaleup_bytes_per_s, GB),
                 MISSING if dev.links.scaleup_domain is None else str(dev.links.scaleup_domain),
                 ridge,
@@ -81,7 +84,7 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
 def catalog_table(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> str:
     """The Markdown table of ``devices`` that ``attnroof devices`` prints and the README carries."""
     headers = [h.format(dt=dt, unit=peak_unit(dt)) for h in LIST_HEADERS]
-    return table(headers, catalog_rows(devices, dt), "llrrrrrrl")
+    return table(headers, catalog_rows(devices, dt), "llrrrrrrrl")
 
 
 def _round(capacity: float | None) -> float | None:
@@ -114,6 +117,7 @@ def device_text(dev: Device) -> str:
         "aliases: " + (", ".join(dev.aliases) or MISSING),
         "memory: " + ", ".join(memory),
         "links: " + link_text(dev),
+        "board power: " + power_text(dev),
         "",
         table(["dtype", "dense peak", "ridge FLOP/B"], rows),
         "",
@@ -122,6 +126,7 @@ def device_text(dev: Device) -> str:
         ("capacity source", dev.capacity_source),
         ("links source", dev.links.source),
         ("links notes", dev.links.notes),
+        ("board power source", dev.board_power_source),
         ("sparsity", dev.sparse_headline),
         ("notes", dev.notes),
         ("source", dev.source or "(none given)"),
@@ -145,3 +150,11 @@ def link_text(dev: Device) -> str:
             f"{link.base_latency_s * 1e6:g} µs a call + {link.latency_s * 1e6:g} µs a step"
         )
     return "; ".join(parts) or "none in the catalog (give --link-bandwidth)"
+
+
+def power_text(dev: Device) -> str:
+    """The board power in words: watts and which figure it is, or why there is none."""
+    note = f". {dev.board_power_note}" if dev.board_power_note else ""
+    if dev.board_power_w is None:
+        return f"none{note}{'' if note.endswith('.') else '.'} Give --board-power W for energy."
+    return f"{fig(dev.board_power_w, 1)} W{note}"
