@@ -232,6 +232,7 @@ PACKAGE_RANKS = [
     {"attnroof", "analysis", "passes"},
     {"sheet", "sheet_backward", "model"},
     {"calibration", "measure"},
+    {"serve"},
     {"text"},
     {"plot"},
     {"commands"},

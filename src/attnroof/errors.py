@@ -84,6 +84,7 @@ FILE_LIMITS: dict[str, int] = {
     "ceilings file": 16 * MiB,
     "model config": 16 * MiB,
     "calibration file": 64 * MiB,
+    "requests file": 256 * MiB,
 }
 """The most bytes :func:`read_text` reads of each kind of file (keyed by its ``what``), so that
 ``/dev/zero`` or a wrong multi-gigabyte file is one line, not a machine out of memory. Each is

@@ -19,6 +19,11 @@ COMMAND_INDEX = (
     ("footprint", "sizes", "bytes of the materialised score matrices vs device memory"),
     ("model", "model", "a whole model's prefill, decode or training step, operator by operator"),
     ("plan", "plan", "every parallel plan on up to N devices, and the fastest that fit (the Pareto front)"),
+    (
+        "serve-sim",
+        "serve",
+        "a deployment under traffic, simulated as vLLM schedules it: latency percentiles, SLO rate, cost",
+    ),
     ("devices", "devices", "the device catalog, or one device with every figure and its source"),
     (
         "measure",

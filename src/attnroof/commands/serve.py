@@ -1,0 +1,260 @@
+"""serve-sim: a deployment under traffic, simulated — latency percentiles, throughput, goodput,
+the highest rate that meets an SLO, cost and energy per token (:mod:`attnroof.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+from attnroof.commands._common import (
+    Command,
+    add_device_args,
+    add_json_arg,
+    emit_json,
+    positive_int,
+    positive_quantity,
+    require,
+    roof_from_args,
+)
+from attnroof.commands._parallel import add_link_args, links_of
+from attnroof.errors import InputError
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$", re.IGNORECASE)
+_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, None: 1.0}
+
+
+def duration_arg(text: str) -> float:
+    """A positive duration: ``2s``, ``50ms``, ``200us`` or plain seconds (``0.05``)."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (2s, 50ms, 200us or seconds)")
+    value = float(m.group(1)) * _SCALE[(m.group(2) or "s").lower() if m.group(2) != "µs" else "µs"]
+    if not 0 < value < 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration under 10^6 s")
+    return value
+
+
+def nonnegative_duration(text: str) -> float:
+    if text.strip() in ("0", "0s", "0.0"):
+        return 0.0
+    return duration_arg(text)
+
+
+def rate_arg(text: str) -> float:
+    """Requests per second, or ``inf`` (every request at once)."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    value = positive_quantity(text)
+    if value > 1e9:
+        raise argparse.ArgumentTypeError(f"{text!r} is implausibly many requests a second (at most 1e9)")
+    return value
+
+
+def share_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return value
+
+
+def ratio_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
+    return value
+
+
+def price_arg(text: str) -> float:
+    value = positive_quantity(text)
+    if value > 1e6:
+        raise argparse.ArgumentTypeError(f"{text!r} is an implausible price per device-hour")
+    return value
+
+
+def _setup(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", required=True, metavar="NAME|config.json|org/name", help="built-in model or a config.json"
+    )
+    load = p.add_argument_group("traffic")
+    load.add_argument(
+        "--rate", type=rate_arg, metavar="R", help="requests a second, or inf (default inf: all at once)"
+    )
+    load.add_argument(
+        "--burstiness", type=positive_quantity, default=1.0, metavar="B",
+        help="gamma shape of the gaps between arrivals: 1 Poisson (default), <1 burstier, >1 steadier",
+    )  # fmt: skip
+    load.add_argument(
+        "--concurrency",
+        type=positive_int,
+        metavar="N",
+        help="closed loop: N clients, each waits for its answer",
+    )
+    load.add_argument("--input-len", type=positive_int, metavar="TOKENS", help="prompt tokens (default 1024)")
+    load.add_argument("--output-len", type=positive_int, metavar="TOKENS", help="answer tokens (default 128)")
+    load.add_argument(
+        "--range-ratio", type=ratio_arg, default=0.0, metavar="X",
+        help="lengths uniform within ±X of --input-len/--output-len (default 0: fixed)",
+    )  # fmt: skip
+    load.add_argument(
+        "--requests-file", metavar="FILE.jsonl",
+        help="requests, one JSON object a line: input_tokens, output_tokens and (optionally) arrival_s",
+    )  # fmt: skip
+    load.add_argument(
+        "--num-requests", type=positive_int, default=1000, metavar="N", help="requests (default 1000)"
+    )
+    load.add_argument(
+        "--warmup", type=int, default=0, metavar="N", help="first N requests run but not counted (default 0)"
+    )
+    load.add_argument("--seed", type=int, default=0, help="seed for arrivals and lengths (default 0)")
+    eng = p.add_argument_group("engine (vLLM's scheduler)")
+    eng.add_argument(
+        "--max-num-seqs", type=positive_int, default=256, metavar="N", help="sequences a step (default 256)"
+    )
+    eng.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        default=8192,
+        metavar="N",
+        help="tokens a step (default 8192)",
+    )
+    eng.add_argument(
+        "--block-size", type=positive_int, default=16, metavar="N", help="tokens a KV block (default 16)"
+    )
+    eng.add_argument(
+        "--gpu-memory-utilization", type=share_arg, default=0.9, metavar="X",
+        help="share of device memory for weights, activations and KV cache (default 0.9)",
+    )  # fmt: skip
+    eng.add_argument(
+        "--max-model-len", type=positive_int, metavar="N", help="longest request (default: the model's)"
+    )
+    eng.add_argument(
+        "--step-overhead", type=nonnegative_duration, default=0.0, metavar="T",
+        help="the engine's own time a step (scheduling, launch, sampling), e.g. 2ms (default 0)",
+    )  # fmt: skip
+    plan = p.add_argument_group("deployment")
+    plan.add_argument(
+        "--tp", type=positive_int, default=1, metavar="T", help="tensor-parallel degree (default 1)"
+    )
+    plan.add_argument(
+        "--prefill-devices",
+        type=positive_int,
+        metavar="N",
+        help="disaggregated: a prefill pool of N devices (TP N)",
+    )
+    plan.add_argument(
+        "--decode-devices",
+        type=positive_int,
+        metavar="N",
+        help="disaggregated: a decode pool of N devices (TP N)",
+    )
+    plan.add_argument(
+        "--weight-dtype", metavar="DTYPE", help="dtype the weights are stored in (default: --dtype)"
+    )
+    plan.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
+    plan.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
+    add_link_args(plan)
+    slo = p.add_argument_group("service level")
+    slo.add_argument("--slo-ttft", type=duration_arg, metavar="T", help="time to first token limit, e.g. 2s")
+    slo.add_argument(
+        "--slo-tpot", type=duration_arg, metavar="T", help="time per output token limit, e.g. 50ms"
+    )
+    slo.add_argument(
+        "--percentile",
+        type=int,
+        choices=(50, 90, 99),
+        default=90,
+        help="the percentile an SLO holds at (default 90)",
+    )
+    slo.add_argument(
+        "--max-rate", action="store_true", help="search the highest rate whose percentile meets the SLOs"
+    )
+    slo.add_argument(
+        "--price-per-device-hour", type=price_arg, metavar="USD", help="cost per million tokens at this price"
+    )
+    add_device_args(p)
+    add_json_arg(p)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from attnroof.dtypes import dtype
+    from attnroof.errors import read_text
+    from attnroof.model import get_model
+    from attnroof.model.layers import Precision
+    from attnroof.serve.engine import EngineConfig
+    from attnroof.serve.run import Job, Traffic, run
+    from attnroof.serve.step import StepOptions
+
+    _check(args)
+    model = get_model(args.model)
+    dev, dt, roof = roof_from_args(args)
+    wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
+    kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
+    text = read_text(args.requests_file, "requests file", InputError) if args.requests_file else None
+    traffic = Traffic(
+        num_requests=args.num_requests, rate=args.rate, burstiness=args.burstiness, concurrency=args.concurrency or 0,
+        input_len=args.input_len, output_len=args.output_len, range_ratio=args.range_ratio, requests_text=text,
+        requests_origin=args.requests_file or "", seed=args.seed, warmup=args.warmup,
+    )  # fmt: skip
+    slo = {k: v for k, v in (("ttft", args.slo_ttft), ("tpot", args.slo_tpot)) if v is not None}
+    job = Job(
+        model, dev, roof, links_of(args, dev), traffic,
+        engine=EngineConfig(
+            max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+            block_size=args.block_size, max_model_len=args.max_model_len or 0,
+        ),
+        options=StepOptions(Precision(dt.itemsize, wdt.itemsize, kdt.itemsize), fused=not args.unfused),
+        memory_utilization=args.gpu_memory_utilization, step_overhead_s=args.step_overhead, tp=args.tp,
+        prefill_devices=args.prefill_devices, decode_devices=args.decode_devices, slo=slo,
+        percentile=args.percentile, search=args.max_rate, price_per_device_hour=args.price_per_device_hour,
+    )  # fmt: skip
+    result = run(job)
+    if args.json:
+        emit_json(result.to_json())
+    else:
+        from attnroof.text.serve import render
+
+        print(render(result))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> None:
+    require(args.warmup >= 0, f"--warmup {args.warmup}: a count of requests, 0 or more")
+    require(
+        args.warmup < args.num_requests,
+        f"--warmup {args.warmup} leaves none of --num-requests {args.num_requests}",
+    )
+    require(
+        not (args.rate is not None and args.concurrency),
+        "--rate and --concurrency: give one (open or closed loop)",
+    )
+    require(
+        not (args.max_rate and args.concurrency),
+        "--max-rate searches an arrival rate: not with --concurrency",
+    )
+    require(not (args.max_rate and args.rate is not None), "--max-rate searches the rate: leave out --rate")
+    pools = (args.prefill_devices, args.decode_devices)
+    require(
+        (pools[0] is None) == (pools[1] is None),
+        "--prefill-devices and --decode-devices: give both (or neither)",
+    )
+    require(
+        pools[0] is None or args.tp == 1,
+        "--tp with a disaggregated deployment: each pool is TP over its devices",
+    )
+    if args.requests_file:
+        require(
+            args.input_len is None and args.output_len is None and args.range_ratio == 0,
+            "--requests-file gives each request's lengths: leave out --input-len, --output-len and --range-ratio",
+        )
+    if args.max_rate and not (args.slo_ttft or args.slo_tpot):
+        raise InputError("--max-rate needs an SLO: --slo-ttft and/or --slo-tpot")
+
+
+COMMANDS = (Command("serve-sim", _setup, _run),)

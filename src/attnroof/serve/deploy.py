@@ -1,0 +1,159 @@
+"""A deployment: a model on a device (one, or a tensor-parallel group), the engine's settings,
+and what its memory leaves for the KV cache; or two pools, prefill and decode, with each
+request's KV cache sent between them (disaggregated serving, as DistServe and vLLM's
+disaggregated prefill run it).
+
+    KV blocks = (gpu_memory_utilization × capacity − weights − activations of a step of
+                 max_num_batched_tokens tokens) / (block_size × KV bytes per token)
+
+per device of the group (weights, activations and cache all cut by tensor parallelism).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from attnroof.errors import InputError
+from attnroof.model.layers import PREFILL, Precision
+from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_token, memory
+from attnroof.model.spec import ModelConfig
+from attnroof.roofline import Roof
+from attnroof.serve.engine import Engine, EngineConfig, Run, kv_blocks
+from attnroof.serve.step import StepCost, StepOptions
+from attnroof.serve.workload import Workload
+
+if TYPE_CHECKING:
+    from attnroof.devices.links import Link, Links
+    from attnroof.model.parallel import Plan
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One engine: its plan's step costs and its scheduler (with its KV blocks)."""
+
+    cost: StepCost
+    config: EngineConfig
+    devices: int
+    weights_bytes: float
+    activation_bytes: float
+    kv_bytes_per_token: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "devices": self.devices,
+            "tp": 1 if self.cost.plan is None else self.cost.plan.tp,
+            "kv_blocks": self.config.blocks,
+            "block_size": self.config.block_size,
+            "kv_tokens": self.config.blocks * self.config.block_size,
+            "weights_bytes_per_device": self.weights_bytes,
+            "activation_bytes_per_device": self.activation_bytes,
+            "kv_bytes_per_token_per_device": self.kv_bytes_per_token,
+            "max_num_seqs": self.config.max_num_seqs,
+            "max_num_batched_tokens": self.config.max_num_batched_tokens,
+        }
+
+
+def pool(
+    model: ModelConfig,
+    roof: Roof,
+    capacity_bytes: float,
+    config: EngineConfig,
+    *,
+    options: StepOptions,
+    memory_utilization: float,
+    plan: Plan | None = None,
+    links: Links | None = None,
+    overhead_s: float = 0.0,
+) -> Pool:
+    """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group."""
+    shard = None if plan is None or plan.single else plan.shard(0, model.layers)
+    prec: Precision = options.prec
+    max_len = config.max_model_len or model.max_positions or 131072
+    weights = memory(model, PREFILL, 1, 1, prec, None, shard=shard).weights_bytes
+    act = activation_bytes(
+        model, PREFILL, 1, config.max_num_batched_tokens, prec, fused=options.fused, shard=shard
+    )
+    per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize, shard)
+    free = memory_utilization * capacity_bytes - weights - act
+    blocks = kv_blocks(free, per_token, config.block_size) if free > 0 else 0
+    if blocks < 1:
+        raise InputError(
+            f"{model.name}: weights ({weights / 1e9:.1f} GB) and activations ({act / 1e9:.2f} GB) leave no room "
+            f"for a KV cache in {memory_utilization:g} of {capacity_bytes / 1e9:.0f} GB"
+            + ("" if plan is None else f" per device at --tp {plan.tp}"),
+            param="gpu_memory_utilization",
+        )
+    cost = StepCost(
+        model, roof, max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs,
+        max_context=max_len, options=options, plan=plan, links=links, overhead_s=overhead_s,
+    )  # fmt: skip
+    devices = 1 if plan is None else plan.devices
+    return Pool(cost, replace(config, blocks=blocks, max_model_len=max_len), devices, weights, act, per_token)
+
+
+def simulate(p: Pool, w: Workload) -> Run:
+    return Engine(p.cost, p.config).run(w)
+
+
+@dataclass(frozen=True)
+class Disaggregated:
+    """Prefill on one pool, decode on another; each request's KV cache over ``link``."""
+
+    prefill: Pool
+    decode: Pool
+    link: Link
+    kv_bytes_per_token: float
+    """The whole model's, as it crosses: every layer's K and V of each prompt token."""
+
+    def transfer_s(self, tokens: Any) -> Any:
+        """A prompt's cache over the link: α₀ + α + bytes/β (one send)."""
+        link = self.link
+        return (
+            link.base_latency_s
+            + link.latency_s
+            + tokens * self.kv_bytes_per_token / link.bandwidth_bytes_per_s
+        )
+
+
+def simulate_disaggregated(d: Disaggregated, w: Workload) -> Run:
+    """The prefill pool runs each prompt and samples its first token; the cache crosses the
+    link, one transfer after another; the decode pool, which holds the prompt's cache on
+    arrival, generates the rest. TTFT is the prefill pool's; the rest of the latencies end on
+    the decode pool."""
+    import numpy as np
+
+    first = Engine(d.prefill.cost, d.prefill.config).run(
+        replace(w, output_tokens=np.ones(w.n, dtype=np.int64))
+    )
+    ready = first.finish_s
+    # one link: transfers in the order their prefills end, each waiting for the one before
+    order = np.argsort(ready, kind="stable")
+    sent = np.empty(w.n)
+    t = 0.0
+    for i in order:
+        t = max(t, ready[i]) + float(d.transfer_s(int(w.input_tokens[i])))
+        sent[i] = t
+    rest = np.asarray(w.output_tokens) - 1
+    go = rest > 0
+    finish = ready.copy()
+    itl = [np.zeros(0)]
+    if go.any():
+        # the decode pool: each request arrives with prompt + first token cached, to generate the rest
+        dw = Workload(sent[go], np.asarray(w.input_tokens)[go] + 1, rest[go], 0, w.rate, w.burstiness)
+        second = Engine(d.decode.cost, d.decode.config).run(dw, precomputed=np.asarray(w.input_tokens)[go])
+        finish[go] = second.finish_s
+        # the first gap of each request: from its first token to its second, across the link
+        itl = [second.itl_s, second.first_token_s - ready[go]]
+        log = second
+    else:
+        log = first
+    return Run(
+        arrival_s=first.arrival_s, first_token_s=first.first_token_s, finish_s=finish,
+        input_tokens=np.asarray(w.input_tokens), output_tokens=np.asarray(w.output_tokens),
+        preemptions=first.preemptions, itl_s=np.concatenate(itl), step_end_s=log.step_end_s, step_s=log.step_s,
+        step_tokens=log.step_tokens, step_prefill_tokens=log.step_prefill_tokens, step_running=log.step_running, step_waiting=log.step_waiting,
+        step_blocks_used=log.step_blocks_used, blocks=log.blocks, steps=first.steps + log.steps * go.any(),
+        preempted=first.preempted + (log.preempted if go.any() else 0),
+        extra={"prefill_steps": first.steps, "transfer_s_mean": float((sent - ready).mean())},
+    )  # fmt: skip

@@ -1,0 +1,249 @@
+"""One serving question, end to end: a deployment (:mod:`attnroof.serve.deploy`), a workload
+(:mod:`attnroof.serve.workload`), the simulation (:mod:`attnroof.serve.engine`), its figures
+(:mod:`attnroof.serve.metrics`), and, where asked, the highest rate that meets the SLOs
+(:mod:`attnroof.serve.search`), cost and energy per token.
+
+    cost per second   = price per device-hour × devices / 3600
+    $ per 1M tokens   = each step's device time shared by the tokens it computed (prompt
+                        tokens and generated ones alike), summed per kind, × cost per second
+    J per token       = board power × devices × the run's span / tokens (every board at its
+                        rated power throughout: an upper bound)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from attnroof.devices import Device
+from attnroof.devices.links import Links
+from attnroof.errors import InputError
+from attnroof.model.spec import ModelConfig
+from attnroof.roofline import Roof
+from attnroof.serve.deploy import Disaggregated, Pool, pool, simulate, simulate_disaggregated
+from attnroof.serve.engine import EngineConfig, Run
+from attnroof.serve.metrics import Summary, summarise
+from attnroof.serve.search import RateSearch, max_rate
+from attnroof.serve.step import StepOptions
+from attnroof.serve.workload import Workload, from_jsonl, synthetic
+
+DEFAULT_INPUT, DEFAULT_OUTPUT = 1024, 128
+SECONDS_PER_HOUR = 3600
+PER_MILLION = 1e6
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """How the requests come: synthetic lengths at a rate (or closed loop), or a file's."""
+
+    num_requests: int = 1000
+    rate: float | None = None
+    burstiness: float = 1.0
+    concurrency: int = 0
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float = 0.0
+    requests_text: str | None = None
+    requests_origin: str = ""
+    seed: int = 0
+    warmup: int = 0
+
+    def at(self, rate: float | None) -> Workload:
+        """The requests at ``rate`` (the traffic's own when None)."""
+        r = self.rate if rate is None else rate
+        if self.requests_text is not None:
+            return from_jsonl(
+                self.requests_text, self.requests_origin, rate=r, burstiness=self.burstiness,
+                concurrency=self.concurrency, seed=self.seed, limit=self.num_requests,
+            )  # fmt: skip
+        return synthetic(
+            self.num_requests, input_tokens=self.input_len or DEFAULT_INPUT, output_tokens=self.output_len or DEFAULT_OUTPUT,
+            rate=math.inf if r is None else r, burstiness=self.burstiness, concurrency=self.concurrency,
+            range_ratio=self.range_ratio, seed=self.seed,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Job:
+    model: ModelConfig
+    device: Device
+    roof: Roof
+    links: Links
+    traffic: Traffic
+    engine: EngineConfig = EngineConfig()
+    options: StepOptions = StepOptions()
+    memory_utilization: float = 0.9
+    step_overhead_s: float = 0.0
+    tp: int = 1
+    prefill_devices: int | None = None
+    decode_devices: int | None = None
+    slo: dict[str, float] = field(default_factory=dict)
+    percentile: int = 90
+    search: bool = False
+    price_per_device_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    job: Job
+    pools: dict[str, Pool]
+    devices: int
+    summary: Summary
+    search: RateSearch | None
+    cost: dict[str, float] | None
+    energy: dict[str, Any]
+    disaggregated: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        j = self.job
+        return {
+            "model": j.model.name,
+            "device": j.device.name,
+            "dtype": j.roof.dtype,
+            "devices": self.devices,
+            "deployment": {name: p.to_json() for name, p in self.pools.items()},
+            "disaggregated": self.disaggregated,
+            "engine": {"step_overhead_s": j.step_overhead_s, "gpu_memory_utilization": j.memory_utilization},
+            "traffic": {
+                "num_requests": j.traffic.num_requests,
+                "rate_per_s": j.traffic.rate,
+                "burstiness": j.traffic.burstiness,
+                "concurrency": j.traffic.concurrency or None,
+                "input_len": j.traffic.input_len or (None if j.traffic.requests_text else DEFAULT_INPUT),
+                "output_len": j.traffic.output_len or (None if j.traffic.requests_text else DEFAULT_OUTPUT),
+                "range_ratio": j.traffic.range_ratio,
+                "seed": j.traffic.seed,
+                "warmup": j.traffic.warmup,
+            },
+            "summary": self.summary.to_json(),
+            "max_rate": None if self.search is None else self.search.to_json(),
+            "cost": self.cost,
+            "energy": self.energy,
+            "estimate": "simulated latencies: each step at its roofline bound, the engine's policy over it",
+        }
+
+
+def _pools(job: Job) -> tuple[dict[str, Pool], Disaggregated | None]:
+    from attnroof.model.parallel import Plan
+
+    kw = dict(
+        options=job.options,
+        memory_utilization=job.memory_utilization,
+        links=job.links,
+        overhead_s=job.step_overhead_s,
+    )
+    cap = job.device.capacity_bytes
+    if cap is None:
+        raise InputError(f"{job.device.name} has no memory capacity: give --capacity", param="capacity")
+    if job.prefill_devices is None:
+        plan = Plan(tp=job.tp) if job.tp > 1 else None
+        return {"engine": pool(job.model, job.roof, cap, job.engine, plan=plan, **kw)}, None
+    assert job.decode_devices is not None
+    pre_plan = Plan(tp=job.prefill_devices) if job.prefill_devices > 1 else None
+    dec_plan = Plan(tp=job.decode_devices) if job.decode_devices > 1 else None
+    pre = pool(job.model, job.roof, cap, job.engine, plan=pre_plan, **kw)
+    dec = pool(job.model, job.roof, cap, job.engine, plan=dec_plan, **kw)
+    link = _transfer_link(job)
+    from attnroof.model.memory import kv_cache_bytes_per_token
+
+    whole = kv_cache_bytes_per_token(job.model, job.options.prec.kv_itemsize)
+    return {"prefill": pre, "decode": dec}, Disaggregated(pre, dec, link, whole)
+
+
+def _transfer_link(job: Job) -> Any:
+    """The link a prompt's cache crosses: scale-up when both pools fit one domain, else scale-out."""
+    links = job.links
+    total = (job.prefill_devices or 0) + (job.decode_devices or 0)
+    domain = links.scaleup_domain
+    up, out = links.scaleup, links.scaleout
+    if up is not None and (domain is None or total <= domain):
+        return up
+    if out is not None:
+        return out
+    raise InputError(f"{job.device.name} has no link to send KV caches between pools", param="link_bandwidth")
+
+
+def _simulate(job: Job, pools: dict[str, Pool], dis: Disaggregated | None, w: Workload) -> Run:
+    return simulate_disaggregated(dis, w) if dis is not None else simulate(pools["engine"], w)
+
+
+def run(job: Job) -> Result:
+    pools, dis = _pools(job)
+    devices = sum(p.devices for p in pools.values())
+    w = job.traffic.at(None)
+    r = _simulate(job, pools, dis, w)
+    nominal = w.rate if math.isfinite(w.rate) else None
+    summary = summarise(r, warmup=job.traffic.warmup, slo=job.slo, rate=nominal)
+    search = None
+    if job.search:
+
+        def at(rate: float) -> Summary:
+            wr = job.traffic.at(rate)
+            return summarise(_simulate(job, pools, dis, wr), warmup=job.traffic.warmup, slo=job.slo)
+
+        search = max_rate(at, slo=job.slo, percentile=job.percentile)
+    cost = _cost(job, r, summary, devices) if job.price_per_device_hour else None
+    energy = _energy(job, summary, devices)
+    extra = None
+    if dis is not None:
+        extra = {
+            "link": dis.link.kind,
+            "link_bandwidth_bytes_per_s": dis.link.bandwidth_bytes_per_s,
+            "kv_bytes_per_token": dis.kv_bytes_per_token,
+            "transfer_s_mean": r.extra.get("transfer_s_mean"),
+        }
+    return Result(job, pools, devices, summary, search, cost, energy, extra)
+
+
+def _cost(job: Job, r: Run, s: Summary, devices: int) -> dict[str, float]:
+    """Dollars per million prompt and generated tokens: each step's time shared by its tokens."""
+    import numpy as np
+
+    assert job.price_per_device_hour is not None
+    per_s = job.price_per_device_hour * devices / SECONDS_PER_HOUR
+    share = np.divide(
+        r.step_prefill_tokens, r.step_tokens, out=np.zeros(len(r.step_s)), where=r.step_tokens > 0
+    )
+    prefill_s = float((r.step_s * share).sum())
+    decode_s = float(r.step_s.sum()) - prefill_s
+    prompt_tokens = float(r.step_prefill_tokens.sum())
+    made = float(r.output_tokens.sum())
+    span = s.duration_s
+    return {
+        "price_per_device_hour": job.price_per_device_hour,
+        "usd_per_s": per_s,
+        "usd_per_million_input_tokens": per_s * prefill_s / prompt_tokens * PER_MILLION
+        if prompt_tokens
+        else math.nan,
+        "usd_per_million_output_tokens": per_s * decode_s / made * PER_MILLION if made else math.nan,
+        "usd_per_million_tokens_at_throughput": per_s
+        / (s.input_throughput + s.output_throughput)
+        * PER_MILLION
+        if span > 0
+        else math.nan,
+        "busy_share": float(r.step_s.sum()) / max(float(r.finish_s.max() - r.arrival_s.min()), 1e-300),
+    }
+
+
+def _energy(job: Job, s: Summary, devices: int) -> dict[str, Any]:
+    from attnroof.devices.energy import energy_per_token
+
+    power = job.device.board_power_w
+    if power is None:
+        return {
+            "board_power_w": None,
+            "note": f"{job.device.name} has no board power in the catalog: give --board-power",
+        }
+    made = s.output_throughput * s.duration_s
+    both = (s.input_throughput + s.output_throughput) * s.duration_s
+    return {
+        "board_power_w": power,
+        "joules_per_output_token": energy_per_token(job.device, s.duration_s, made, devices),
+        "joules_per_token": energy_per_token(job.device, s.duration_s, both, devices),
+        "note": "every board at its rated power for the whole run: an upper bound",
+    }
+
+
+def with_rate(job: Job, rate: float) -> Job:
+    return replace(job, traffic=replace(job.traffic, rate=rate))

@@ -1,0 +1,224 @@
+"""One step of a serving engine: some sequences prefilling a chunk, the rest decoding a token,
+each at its own context, costed from the layer table on arrays.
+
+A step of T tokens over n sequences splits the layer table three ways:
+
+    token rows      every row that works token by token (projections, MLP or experts, norms,
+                    adds, the KV-cache write, the embedding): the step's T tokens at once, its
+                    weights read once — the row at decode with a batch of T
+    last-token rows the LM head (and its logits all-gather): one position per sequence, n
+    attention rows  per sequence, its chunk of q new queries against its cache of s keys
+                    (:func:`attnroof.ops.attention.chunk`); one kernel over the step's decoding
+                    sequences and one over its prefilling ones, each placed on its summed
+                    FLOPs and bytes (vLLM's FlashInfer and MLA backends split the two)
+
+    step time = Σ token rows + Σ last-token rows + Σ attention kernels + the plan's collectives
+                + the engine's fixed overhead per step
+
+each row as :mod:`attnroof.model.analysis` times it (count × Σ kernels max(F/P, bytes/B)), the
+collectives of a tensor-parallel plan in series with the kernels (vLLM does not overlap its
+all-reduces). A step of one sequence is therefore the model's prefill or decode step to the
+last digit. The token and last-token parts depend on T and n alone and decode attention on each
+sequence's cache alone, so all three are tabled once, on arrays, and a step is three lookups and
+one chunk formula: a simulation pays no Python per sequence per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from attnroof.errors import InputError
+from attnroof.model.comms import stage_comms
+from attnroof.model.layers import DECODE, Precision, Step, layer_table
+from attnroof.model.spec import ModelConfig
+from attnroof.operators import ATTENTION, rule
+from attnroof.ops.experts import UNIFORM
+from attnroof.ops.latent import ABSORBED
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+from attnroof.roofline import Roof, place
+from attnroof.row import CHUNK, HEAD, LAST_TOKEN, OpInstance
+
+if TYPE_CHECKING:
+    from attnroof.devices.links import Links
+    from attnroof.model.parallel import Plan
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """How the step's kernels run: as ``attnroof model``'s flags say."""
+
+    prec: Precision = Precision()
+    fused: bool = True
+    softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT
+    routing: str = UNIFORM
+    latent_form: str = ABSORBED
+
+    def step(self, phase: str, batch: Any, context: Any, queries: Any = 1) -> Step:
+        return Step(
+            phase, batch, context, self.prec, self.fused, self.softmax_flops_per_element,
+            self.routing, self.latent_form, queries,
+        )  # fmt: skip
+
+
+def _row_time(row: OpInstance, step: Step, roof: Roof) -> Any:
+    """count × Σ over the row's kernels of max(F/P, bytes/B), element-wise on array steps."""
+    total: Any = 0.0
+    for stage in rule(row).cost(row, step):
+        total = total + place((stage.flops, stage.bytes), roof).time_s
+    return row.count * total
+
+
+class StepCost:
+    """The time of a mixed step of ``model`` on one device of ``plan`` (a replica: its tensor-
+    and expert-parallel group), for up to ``max_tokens`` tokens, ``max_seqs`` sequences and
+    contexts up to ``max_context``. :meth:`time_s` costs one step."""
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        roof: Roof,
+        *,
+        max_tokens: int,
+        max_seqs: int,
+        max_context: int,
+        options: StepOptions | None = None,
+        plan: Plan | None = None,
+        links: Links | None = None,
+        overhead_s: float = 0.0,
+    ) -> None:
+        import numpy as np
+
+        self.model, self.roof, self.overhead_s = model, roof, overhead_s
+        self.options = o = options or StepOptions()
+        self.plan = plan
+        shard = None if plan is None or plan.single else plan.shard(0, model.layers)
+        self.table = layer_table(model, shard)
+        self.attention_rows = [r for r in self.table if rule(r).kind == ATTENTION]
+        # index k holds a step of k tokens (k sequences); a step of none costs nothing
+        tokens = np.arange(1, max_tokens + 1, dtype=np.int64)
+        seqs = np.arange(1, max_seqs + 1, dtype=np.int64)
+        by_tokens, by_seqs = o.step(DECODE, tokens, 1), o.step(DECODE, seqs, 1)
+        token_s: Any = 0.0
+        last_s: Any = 0.0
+        for row in self.table:
+            if rule(row).kind == ATTENTION:
+                continue
+            if row.tokens == LAST_TOKEN:
+                last_s = last_s + _row_time(row, by_seqs, roof)
+            else:
+                token_s = token_s + _row_time(row, by_tokens, roof)
+        if shard is not None:
+            assert plan is not None and links is not None
+            token_s = token_s + _comm_time(model, plan, shard, by_tokens, links, head=False)
+            last_s = last_s + _comm_time(model, plan, shard, by_seqs, links, head=True)
+        self.token_s = np.concatenate(([0.0], token_s + np.zeros(max_tokens)))
+        self.last_s = np.concatenate(([0.0], last_s + np.zeros(max_seqs)))
+        # decode attention, per sequence, by its cache length: each kernel's FLOPs and bytes
+        contexts = np.arange(max_context + 1, dtype=np.int64)
+        contexts[0] = 1  # context 0 never runs; keep the formulas' arguments positive
+        at = o.step(DECODE, 1, contexts)
+        self._decode = [
+            (
+                row.count,
+                [(np.asarray(s.flops, float), np.asarray(s.bytes, float)) for s in rule(row).cost(row, at)],
+            )
+            for row in self.attention_rows
+        ]
+        # a whole prompt as one chunk (nothing cached before it), by its length
+        fresh = np.arange(max_tokens + 1, dtype=np.int64)
+        fresh[0] = 1
+        whole = o.step(CHUNK, 1, fresh, fresh)
+        self._fresh = [
+            [(np.asarray(s.flops, float), np.asarray(s.bytes, float)) for s in rule(row).cost(row, whole)]
+            for row in self.attention_rows
+        ]
+        self.max_tokens, self.max_seqs, self.max_context = max_tokens, max_seqs, max_context
+
+    def _kernels(self, parts: list[tuple[int, list[tuple[Any, Any]]]]) -> Any:
+        """Σ over rows of count × Σ over its kernels of max(F/P, bytes/B); numbers or arrays."""
+        time: Any = 0.0
+        for count, stages in parts:
+            row: Any = 0.0
+            for f, b in stages:
+                row = row + self.roof.time(f, b)
+            time = time + count * row
+        return time
+
+    def decode_attention_s(self, contexts: Any, steps: int = 0) -> Any:
+        """One kernel a layer over sequences decoding one token each at ``contexts`` keys; with
+        ``steps``, an array: each of that many steps in a row, every context one longer."""
+        if len(contexts) == 0:
+            return 0.0
+        if steps:
+            import numpy as np
+
+            at = contexts[:, None] + np.arange(steps)[None, :]
+            return self._kernels(
+                [(n, [(f[at].sum(axis=0), b[at].sum(axis=0)) for f, b in st]) for n, st in self._decode]
+            )
+        return self._kernels(
+            [(n, [(f[contexts].sum(), b[contexts].sum()) for f, b in st]) for n, st in self._decode]
+        )
+
+    def decode_steps_s(self, contexts: Any, steps: int) -> Any:
+        """``steps`` decode steps in a row of the sequences at ``contexts`` (each step one token
+        longer), the same sums in the same order as :meth:`time_s`."""
+        n = len(contexts)
+        return (
+            self.token_s[n]
+            + self.last_s[n]
+            + self.decode_attention_s(contexts, steps)
+            + 0.0
+            + self.overhead_s
+        )
+
+    def chunk_attention_s(self, queries: Any, contexts: Any) -> float:
+        """One kernel a layer over sequences running ``queries`` new tokens against caches
+        that end at ``contexts`` (the new tokens included)."""
+        if len(queries) == 0:
+            return 0.0
+        whole = queries == contexts  # whole prompts, from the table; the rest by the formula
+        sums = [[(f[queries[whole]].sum(), b[queries[whole]].sum()) for f, b in st] for st in self._fresh]
+        if not whole.all():
+            at = self.options.step(CHUNK, 1, contexts[~whole], queries[~whole])
+            for row_sums, row in zip(sums, self.attention_rows, strict=True):
+                stages = rule(row).cost(row, at)
+                row_sums[:] = [
+                    (f + s.flops.sum(), b + s.bytes.sum()) for (f, b), s in zip(row_sums, stages, strict=True)
+                ]
+        parts = [
+            (row.count, [(float(f), float(b)) for f, b in st])
+            for row, st in zip(self.attention_rows, sums, strict=True)
+        ]
+        return self._kernels(parts)
+
+    def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
+        """A step of sequences decoding at ``decode_contexts`` and others running chunks of
+        ``chunk_queries`` tokens against ``chunk_contexts``; the engine's overhead included."""
+        n = len(decode_contexts) + len(chunk_queries)
+        tokens = len(decode_contexts) + int(chunk_queries.sum())
+        if tokens > self.max_tokens or n > self.max_seqs:
+            raise InputError(
+                f"a step of {tokens} tokens over {n} sequences is beyond the tables", param="tokens"
+            )
+        return float(
+            self.token_s[tokens]
+            + self.last_s[n]
+            + self.decode_attention_s(decode_contexts)
+            + self.chunk_attention_s(chunk_queries, chunk_contexts)
+            + self.overhead_s
+        )
+
+
+def _comm_time(model: ModelConfig, plan: Plan, shard: Any, step: Step, links: Links, *, head: bool) -> Any:
+    """The plan's collectives over a step of ``step.batch`` tokens (or, ``head``, the logits of
+    that many sequences), in series: Σ count × (α₀ + steps·α + bytes/β)."""
+    total: Any = 0.0
+    for c in stage_comms(model, plan, shard, step, links, last=True):
+        if (c.layer_kind == HEAD) == head:
+            link = c.link
+            total = total + c.count * c.comm.time_s(
+                link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s
+            )
+    return total

@@ -1,0 +1,174 @@
+"""The requests a deployment is simulated under: when each arrives, its prompt and its answer.
+
+Arrivals as vLLM's serving benchmark draws them (``benchmarks/benchmark_serving.py``,
+``get_request``): gaps from a gamma distribution of shape ``burstiness`` and mean 1/rate —
+burstiness 1 is a Poisson process, below 1 burstier, above 1 more regular — or all at once
+(rate ∞), or a closed loop of ``concurrency`` clients, each sending its next request when its
+last one finishes. Prompt and answer lengths are fixed, drawn uniformly within ± ``range_ratio``
+of their means (the benchmark's ``--random-range-ratio``), or read from a JSONL file of requests
+(``{"input_tokens": 2048, "output_tokens": 256, "arrival_s": 0.5}``, arrival optional). One
+seed draws everything, so the same seed gives the same requests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from attnroof.errors import InputError
+from attnroof.validate import positive, size
+
+FIELDS = ("input_tokens", "output_tokens", "arrival_s")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``n`` requests: arrival times (s; all 0 in a closed loop, whose arrivals the engine sets),
+    prompt and answer lengths (tokens), and the closed loop's clients (0: open loop)."""
+
+    arrival_s: Any
+    input_tokens: Any
+    output_tokens: Any
+    concurrency: int = 0
+    rate: float = math.inf
+    burstiness: float = 1.0
+
+    @property
+    def n(self) -> int:
+        return len(self.input_tokens)
+
+
+def arrivals(n: int, rate: float, burstiness: float, rng: Any) -> Any:
+    """``n`` arrival times at ``rate`` requests/s: cumulative gamma gaps of shape ``burstiness``
+    and scale 1/(rate · burstiness), so a mean gap of 1/rate; the first at the first gap, as the
+    benchmark sleeps before each request. rate = ∞: all at 0.
+
+    >>> import numpy as np
+    >>> t = arrivals(100_000, 10.0, 1.0, np.random.default_rng(0))
+    >>> round(float(t[-1] / len(t)), 3)                  # mean gap 1/rate
+    0.1
+    """
+    import numpy as np
+
+    if math.isinf(rate):
+        return np.zeros(n)
+    return np.cumsum(rng.gamma(burstiness, 1.0 / (rate * burstiness), n))
+
+
+def lengths(n: int, mean: int, range_ratio: float, rng: Any) -> Any:
+    """``n`` lengths uniform over the whole numbers within mean·(1 ± range_ratio), at least 1."""
+    import numpy as np
+
+    if range_ratio == 0:
+        return np.full(n, mean, dtype=np.int64)
+    low = max(1, math.floor(mean * (1 - range_ratio)))
+    high = max(low, math.ceil(mean * (1 + range_ratio)))
+    return rng.integers(low, high + 1, n, dtype=np.int64)
+
+
+def synthetic(
+    n: int,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    rate: float = math.inf,
+    burstiness: float = 1.0,
+    concurrency: int = 0,
+    range_ratio: float = 0.0,
+    seed: int = 0,
+) -> Workload:
+    """``n`` requests of ``input_tokens`` and ``output_tokens`` (± ``range_ratio``), arriving at
+    ``rate`` (open loop) or from ``concurrency`` clients (closed loop)."""
+    import numpy as np
+
+    size("num_requests", n)
+    size("input_len", input_tokens)
+    size("output_len", output_tokens)
+    if not math.isinf(rate):
+        positive("rate", rate)
+    positive("burstiness", burstiness)
+    if not 0 <= range_ratio < 1:
+        raise InputError(f"range ratio {range_ratio} is not in [0, 1)", param="range_ratio")
+    rng = np.random.default_rng(seed)
+    ins = lengths(n, input_tokens, range_ratio, rng)
+    outs = lengths(n, output_tokens, range_ratio, rng)
+    at = np.zeros(n) if concurrency else arrivals(n, rate, burstiness, rng)
+    return Workload(at, ins, outs, concurrency, math.inf if concurrency else rate, burstiness)
+
+
+def from_jsonl(
+    text: str,
+    origin: str,
+    *,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    concurrency: int = 0,
+    seed: int = 0,
+    limit: int | None = None,
+) -> Workload:
+    """Requests from JSONL text, one object a line: ``input_tokens``, ``output_tokens`` and,
+    optionally, ``arrival_s`` (every line or none). Without arrival times they arrive at
+    ``rate`` (or from ``concurrency`` clients); a rate with arrival times is refused."""
+    import numpy as np
+
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{origin}:{number}"
+        try:
+            row = json.loads(line, parse_constant=_no_constant)
+        except ValueError as e:
+            raise InputError(f"{where}: not JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: a request is a JSON object, not {type(row).__name__}")
+        rows.append(_request(row, where))
+        if limit is not None and len(rows) == limit:
+            break
+    if not rows:
+        raise InputError(f"{origin}: no requests")
+    timed = ["arrival_s" in r for r in rows]
+    if any(timed) and not all(timed):
+        line = timed.index(not timed[0]) + 1
+        raise InputError(
+            f"{origin}: request {line} {'lacks' if timed[0] else 'has'} arrival_s, the first does not agree"
+        )
+    ins = np.array([r["input_tokens"] for r in rows], dtype=np.int64)
+    outs = np.array([r["output_tokens"] for r in rows], dtype=np.int64)
+    if all(timed):
+        if rate is not None or concurrency:
+            raise InputError(
+                f"{origin}: the requests carry arrival times; leave out --rate and --concurrency"
+            )
+        at = np.array([r["arrival_s"] for r in rows], dtype=np.float64)
+        if (np.diff(at) < 0).any():
+            raise InputError(f"{origin}: arrival_s must not decrease from one request to the next")
+        return Workload(at, ins, outs, 0, math.inf, burstiness)
+    rng = np.random.default_rng(seed)
+    r = math.inf if rate is None else rate
+    at = np.zeros(len(rows)) if concurrency else arrivals(len(rows), r, burstiness, rng)
+    return Workload(at, ins, outs, concurrency, r, burstiness)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(row) - set(FIELDS))
+    if unknown:
+        raise InputError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(FIELDS)})")
+    out: dict[str, Any] = {}
+    for key in ("input_tokens", "output_tokens"):
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{where}: {key} = {json.dumps(value)} is not a positive whole number")
+        out[key] = value
+    if "arrival_s" in row:
+        value = row["arrival_s"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+            raise InputError(f"{where}: arrival_s = {json.dumps(value)} is not a time ≥ 0 in seconds")
+        out["arrival_s"] = float(value)
+    return out

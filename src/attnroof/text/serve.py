@@ -1,0 +1,112 @@
+"""serve-sim's text: the deployment, the latency table, throughput and goodput, the KV cache,
+the rate search, cost and energy."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from attnroof.text.render import table
+from attnroof.units import duration, si
+
+
+def _ms(x: float) -> str:
+    return "—" if x is None or math.isnan(x) else duration(x)
+
+
+def render(result: Any) -> str:
+    j, s = result.job, result.summary
+    out: list[str] = []
+    pools = result.pools
+    where = ", ".join(
+        f"{name}: {p.devices} × {j.device.name}" + (f" (TP {p.cost.plan.tp})" if p.cost.plan else "")
+        for name, p in pools.items()
+    )
+    t = j.traffic
+    if t.requests_text is not None:
+        load = f"{s.requests + t.warmup} requests from {t.requests_origin}"
+    else:
+        load = f"{t.num_requests} requests of {t.input_len or 1024} → {t.output_len or 128} tokens"
+        if t.range_ratio:
+            load += f" (±{t.range_ratio:.0%})"
+    if t.concurrency:
+        load += f", closed loop of {t.concurrency} clients"
+    else:
+        rate = t.rate
+        load += ", all at once" if rate is None or math.isinf(rate) else f" at {rate:g}/s"
+        if t.burstiness != 1 and rate is not None and math.isfinite(rate):
+            load += f" (burstiness {t.burstiness:g})"
+    out.append(f"# {j.model.name} serving {load}")
+    out.append(
+        f"{where}; {j.roof.dtype}; seed {t.seed}" + (f", first {t.warmup} not counted" if t.warmup else "")
+    )
+    for name, p in pools.items():
+        c = p.config
+        out.append(
+            f"{name}: KV cache {c.blocks:,} blocks × {c.block_size} = {c.blocks * c.block_size:,} tokens "
+            f"(weights {si(p.weights_bytes, 'B')}, activations {si(p.activation_bytes, 'B')} a device); "
+            f"max {c.max_num_seqs} sequences, {c.max_num_batched_tokens:,} tokens a step"
+        )
+    if result.disaggregated:
+        d = result.disaggregated
+        out.append(
+            f"KV cache sent over {d['link']} at {si(d['link_bandwidth_bytes_per_s'], 'B/s')}: "
+            f"{si(d['kv_bytes_per_token'], 'B')} a prompt token, {_ms(d['transfer_s_mean'])} a request on average"
+        )
+    out.append("")
+    rows = [
+        [name.upper(), _ms(s.latency[name]["mean"]), *(_ms(s.latency[name][f"p{q}"]) for q in (50, 90, 99))]
+        for name in ("ttft", "tpot", "itl", "e2e")
+    ]
+    out.append(table(["latency", "mean", "p50", "p90", "p99"], rows, align="lrrrr"))
+    out.append("")
+    out.append(
+        f"throughput: {s.request_throughput:.3g} requests/s, {s.output_throughput:,.0f} output tokens/s, "
+        f"{s.input_throughput:,.0f} input tokens/s over {_ms(s.duration_s)}"
+    )
+    if s.goodput is not None:
+        limits = ", ".join(f"{k.upper()} ≤ {_ms(v)}" for k, v in s.slo.items())
+        out.append(f"goodput: {s.goodput:.3g} requests/s meet {limits} ({s.slo_met:.1%} of requests)")
+    out.append(
+        f"KV cache: peak {s.kv_peak_share:.0%}, mean {s.kv_mean_share:.0%} of blocks; "
+        f"{s.mean_running:.1f} sequences a step on average; {s.preemptions} preemptions; {s.steps:,} steps"
+    )
+    out.append(
+        f"Little's law: {s.mean_in_system:.3g} requests in the system on average, arrival rate × mean E2E = "
+        f"{s.little_rate_x_latency:.3g}"
+    )
+    if result.search is not None:
+        out.append("")
+        out.append(_search(result.search))
+    if result.cost:
+        c = result.cost
+        out.append("")
+        out.append(
+            f"cost at ${c['price_per_device_hour']:g} a device-hour: ${c['usd_per_million_input_tokens']:.3g} per "
+            f"million input tokens, ${c['usd_per_million_output_tokens']:.3g} per million output tokens "
+            f"(each step's time shared by the tokens it computed; busy {c['busy_share']:.0%} of the run)"
+        )
+    e = result.energy
+    if e.get("board_power_w"):
+        out.append(
+            f"energy at {e['board_power_w']:g} W a board: ≤ {e['joules_per_output_token']:.3g} J per output token, "
+            f"≤ {e['joules_per_token']:.3g} J per token (every board at its rated power throughout)"
+        )
+    out.append("")
+    out.append(
+        "Simulated: each step at its roofline bound (one kernel's time is max(F/P, bytes/B)), scheduled as "
+        "vLLM's V1 engine does; real kernels are slower, so these latencies are lower bounds on the policy."
+    )
+    return "\n".join(out)
+
+
+def _search(r: Any) -> str:
+    limits = " and ".join(f"p{r.percentile} {k.upper()} ≤ {_ms(v)}" for k, v in r.slo.items())
+    if r.rate is None:
+        return f"max rate: none — even {r.tried[-1][0]:.3g} requests/s misses {limits} (capacity {r.capacity:.3g}/s)"
+    at = r.at_rate
+    got = ", ".join(f"p{r.percentile} {k.upper()} {_ms(at.latency[k][f'p{r.percentile}'])}" for k in r.slo)
+    return (
+        f"max rate: {r.rate:.3g} requests/s meets {limits} ({got}); capacity {r.capacity:.3g} requests/s "
+        f"with every request at once; {len(r.tried)} simulation{'s' if len(r.tried) != 1 else ''}"
+    )
