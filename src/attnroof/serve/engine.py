@@ -152,7 +152,6 @@ class Engine:
         now = 0.0
         done = steps = 0
         bs, max_seqs = cfg.block_size, cfg.max_num_seqs
-        none = np.zeros(0, dtype=np.int64)
 
         while done < n:
             while nxt < released and arrival[order[nxt]] <= now:  # arrivals join the queue

@@ -71,8 +71,8 @@ class Job:
     roof: Roof
     links: Links
     traffic: Traffic
-    engine: EngineConfig = EngineConfig()
-    options: StepOptions = StepOptions()
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    options: StepOptions = field(default_factory=StepOptions)
     memory_utilization: float = 0.9
     step_overhead_s: float = 0.0
     tp: int = 1

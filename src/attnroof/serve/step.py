@@ -25,7 +25,7 @@ one chunk formula: a simulation pays no Python per sequence per step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from attnroof.errors import InputError
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 class StepOptions:
     """How the step's kernels run: as ``attnroof model``'s flags say."""
 
-    prec: Precision = Precision()
+    prec: Precision = field(default_factory=Precision)
     fused: bool = True
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT
     routing: str = UNIFORM
