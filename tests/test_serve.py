@@ -1,0 +1,297 @@
+"""serve-sim: the mixed step against the model's own steps, the engine against the cases
+queueing theory and arithmetic answer, the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnroof.devices import get_device
+from attnroof.model.analysis import analyse
+from attnroof.model.config import builtin
+from attnroof.ops.attention import attention, chunk, chunk_scores, decode
+from attnroof.roofline import Roof
+from attnroof.serve.engine import Engine, EngineConfig
+from attnroof.serve.metrics import summarise
+from attnroof.serve.step import StepCost
+from attnroof.serve.workload import from_jsonl, synthetic
+from conftest import run_cli
+
+LLAMA = builtin("llama-3.1-8b")
+H100 = Roof.of(get_device("h100"), "bf16")
+NONE = np.zeros(0, dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def cost() -> StepCost:
+    return StepCost(LLAMA, H100, max_tokens=8192, max_seqs=256, max_context=16384)
+
+
+# ---------------------------------------------------------------- the chunk operator
+
+
+def _brute_scores(s_q: int, s_kv: int, window: int | None) -> int:
+    """Count the pairs one by one. Against the cache: query i (of the last s_q positions) and
+    cached key j < s_kv − s_q, kept within the window (i − j < w). The chunk among itself: the
+    triangle in prefill's own convention, ⌈q²/2⌉ less ⌈(q − w)²/2⌉ beyond the window."""
+    past = s_kv - s_q
+    rect = sum(1 for i in range(past, s_kv) for j in range(past) if window is None or i - j < window)
+    beyond = 0 if window is None else max(s_q - window, 0)
+    return rect + -(-(s_q * s_q) // 2) - -(-(beyond * beyond) // 2)
+
+
+@pytest.mark.parametrize(
+    ("s_q", "s_kv", "window"),
+    [
+        (1, 40, None),
+        (7, 40, None),
+        (40, 40, None),
+        (1, 40, 16),
+        (5, 40, 16),
+        (20, 40, 16),
+        (30, 40, 16),
+        (16, 16, 4),
+    ],
+)
+def test_chunk_scores_count_pairs(s_q: int, s_kv: int, window: int | None):
+    assert chunk_scores(s_q, s_kv, window) == _brute_scores(s_q, s_kv, window)
+
+
+def test_chunk_ends_are_prefill_and_decode():
+    assert chunk(4096, 4096, 128, group=4) == attention(4096, 128, causal=True, fused=True, group=4)
+    assert chunk(1, 4096, 128, fused=False, group=4) == decode(4096, 128, group=4)
+    w = chunk(4096, 4096, 128, window=1024)
+    assert w == attention(4096, 128, causal=True, fused=True, window=1024)
+
+
+def test_chunk_against_a_cache_by_hand():
+    # 512 queries after 7,680 cached tokens, d = 128, one head, bf16:
+    # scores 512·7680 + 512²/2 = 4,063,232; FLOPs per score 2d + 5 + 2d = 517
+    c = chunk(512, 8192, 128)
+    assert c.flops == 4_063_232 * 517
+    # bytes: Q and O 512·128 each, K and V 8192·128 each, 2 bytes
+    assert c.bytes == 2 * (2 * 512 * 128 + 2 * 8192 * 128)
+    # intensity ≈ 4,063,232 · 517 / 4,456,448 ≈ 471 FLOP/B: above the H100's ridge (295)
+    assert 470 < c.flops / c.bytes < 472 and c.flops / c.bytes > H100.ridge
+
+
+# ---------------------------------------------------------------- one step
+
+
+def test_one_sequence_is_the_models_step(cost: StepCost):
+    """A step of one prompt is the model's prefill step, one token its decode step."""
+    pre = analyse(LLAMA, "prefill", 1, 2048, H100).totals.time_s
+    dec = analyse(LLAMA, "decode", 1, 4000, H100).totals.time_s
+    assert cost.time_s(NONE, np.array([2048]), np.array([2048])) == pytest.approx(pre, rel=1e-12)
+    assert cost.time_s(np.array([4000]), NONE, NONE) == pytest.approx(dec, rel=1e-12)
+
+
+def test_a_decode_batch_is_the_models_batch(cost: StepCost):
+    """Eight sequences at one context: the model's decode step at batch 8 (attention, one
+    kernel over the eight caches, is linear in them)."""
+    step = cost.time_s(np.full(8, 3000), NONE, NONE)
+    assert step == pytest.approx(analyse(LLAMA, "decode", 8, 3000, H100).totals.time_s, rel=1e-12)
+
+
+def test_stretch_of_steps_equals_steps_one_by_one(cost: StepCost):
+    ctx = np.array([100, 2000, 5000])
+    many = cost.decode_steps_s(ctx, 5)
+    one_by_one = [cost.time_s(ctx + j, NONE, NONE) for j in range(5)]
+    assert many.tolist() == one_by_one
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def _engine(cost: StepCost, **kw) -> Engine:
+    return Engine(cost, EngineConfig(blocks=kw.pop("blocks", 50_000), **kw))
+
+
+def test_one_request_alone(cost: StepCost):
+    """TTFT is the prefill step (plus the overhead), TPOT the mean of its decode steps."""
+    run = _engine(cost).run(synthetic(1, input_tokens=2048, output_tokens=256))
+    prefill = analyse(LLAMA, "prefill", 1, 2048, H100).totals.time_s
+    decodes = [analyse(LLAMA, "decode", 1, 2048 + i, H100).totals.time_s for i in range(1, 256)]
+    assert run.first_token_s[0] == pytest.approx(prefill, rel=1e-12)
+    tpot = (run.finish_s[0] - run.first_token_s[0]) / 255
+    assert tpot == pytest.approx(sum(decodes) / 255, rel=1e-12)
+    assert run.steps == 256 and run.preempted == 0
+
+
+def test_overhead_is_paid_each_step():
+    c = StepCost(LLAMA, H100, max_tokens=4096, max_seqs=16, max_context=4096, overhead_s=0.002)
+    run = Engine(c, EngineConfig(blocks=10_000)).run(synthetic(1, input_tokens=1000, output_tokens=11))
+    base = analyse(LLAMA, "prefill", 1, 1000, H100).totals.time_s
+    assert run.first_token_s[0] == pytest.approx(base + 0.002, rel=1e-12)
+    decodes = sum(analyse(LLAMA, "decode", 1, 1000 + i, H100).totals.time_s for i in range(1, 11))
+    assert run.finish_s[0] == pytest.approx(base + decodes + 11 * 0.002, rel=1e-12)
+
+
+def test_saturation_throughput_is_the_batch_over_its_steps(cost: StepCost):
+    """Every request at once, max_num_seqs = 8 binding: waves of 8, each one prefill step of
+    8 × 16 tokens and 511 decode steps at batch 8; throughput = 8 · 512 tokens / a wave."""
+    w = synthetic(64, input_tokens=16, output_tokens=512)
+    run = _engine(cost, max_num_seqs=8).run(w)
+    wave = cost.time_s(NONE, np.full(8, 16), np.full(8, 16)) + sum(
+        analyse(LLAMA, "decode", 8, 16 + i, H100).totals.time_s for i in range(1, 512)
+    )
+    s = summarise(run)
+    assert s.output_throughput == pytest.approx(8 * 512 / wave, rel=1e-9)
+    assert s.mean_running == pytest.approx(8, rel=1e-3)
+
+
+def test_kv_blocks_bind_and_preempt(cost: StepCost):
+    """A cache of 4 requests' blocks: never more than that in use; the rest wait or are
+    preempted (and recompute), and every request still finishes with all its tokens."""
+    need = -(-(16 + 512) // 16)  # 33 blocks a request at its end
+    run = _engine(cost, blocks=4 * need).run(synthetic(32, input_tokens=16, output_tokens=512))
+    assert run.step_blocks_used.max() <= 4 * need
+    assert not np.isnan(run.finish_s).any()
+    assert run.preempted > 0  # admitted on their first block, preempted as they grow
+
+
+def test_littles_law_on_a_long_run(cost: StepCost):
+    """L (the engine's queues, step by step) = λ·W (the offered rate × the mean latency)."""
+    rate = 6.0
+    w = synthetic(10_000, input_tokens=1024, output_tokens=128, rate=rate, seed=3)
+    s = summarise(_engine(cost).run(w), rate=rate)
+    assert s.mean_in_system == pytest.approx(rate * s.latency["e2e"]["mean"], rel=0.02)
+    assert s.mean_in_system == pytest.approx(s.little_rate_x_latency, rel=0.005)
+
+
+def test_md1_queue_when_each_request_is_one_step():
+    """max_num_seqs 1 and one-token answers: each request is one prefill step of fixed length S,
+    so Poisson arrivals make an M/D/1 queue, whose mean wait is ρS / (2(1 − ρ)) (Pollaczek–
+    Khinchine with zero service variance)."""
+    c = StepCost(LLAMA, H100, max_tokens=2048, max_seqs=1, max_context=2048)
+    S = c.time_s(NONE, np.array([1024]), np.array([1024]))
+    rate = 0.6 / S  # ρ = 0.6
+    w = synthetic(40_000, input_tokens=1024, output_tokens=1, rate=rate, seed=11)
+    run = Engine(c, EngineConfig(max_num_seqs=1, blocks=1000)).run(w)
+    wait = float((run.first_token_s - run.arrival_s).mean()) - S
+    assert wait == pytest.approx(0.6 * S / (2 * 0.4), rel=0.05)
+
+
+def test_same_seed_same_answer(cost: StepCost):
+    w1 = synthetic(300, input_tokens=512, output_tokens=64, rate=20, seed=5, range_ratio=0.5)
+    w2 = synthetic(300, input_tokens=512, output_tokens=64, rate=20, seed=5, range_ratio=0.5)
+    a, b = _engine(cost).run(w1), _engine(cost).run(w2)
+    assert a.finish_s.tolist() == b.finish_s.tolist()
+    other = _engine(cost).run(
+        synthetic(300, input_tokens=512, output_tokens=64, rate=20, seed=6, range_ratio=0.5)
+    )
+    assert other.finish_s.tolist() != a.finish_s.tolist()
+
+
+def test_closed_loop_keeps_its_clients():
+    c = StepCost(LLAMA, H100, max_tokens=8192, max_seqs=256, max_context=4096)
+    w = synthetic(200, input_tokens=256, output_tokens=32, concurrency=4)
+    s = summarise(Engine(c, EngineConfig(blocks=10_000)).run(w))
+    assert 3.5 < s.mean_in_system <= 4.0 + 1e-9
+
+
+def test_gamma_arrivals_have_the_rate_and_burstiness():
+    w = synthetic(50_000, input_tokens=8, output_tokens=8, rate=4.0, burstiness=0.25, seed=1)
+    gaps = np.diff(w.arrival_s)
+    assert gaps.mean() == pytest.approx(0.25, rel=0.03)
+    # gamma of shape k: coefficient of variation 1/√k = 2
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)
+
+
+def test_requests_file():
+    text = '{"input_tokens": 100, "output_tokens": 10, "arrival_s": 0}\n\n{"input_tokens": 50, "output_tokens": 5, "arrival_s": 1.5}\n'
+    w = from_jsonl(text, "r.jsonl")
+    assert w.input_tokens.tolist() == [100, 50] and w.arrival_s.tolist() == [0.0, 1.5]
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _json(*args: str) -> dict:
+    r = run_cli("serve-sim", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_cli_latency_table():
+    r = run_cli(
+        "serve-sim", "--model", "llama-3.1-8b", "--device", "h100", "--rate", "10", "--input-len", "2048",
+        "--output-len", "256", "--num-requests", "200",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for word in ("| TTFT", "| TPOT", "| ITL", "| E2E", "p90", "throughput:", "KV cache:"):
+        assert word in r.stdout
+
+
+def test_cli_max_rate_meets_its_slo():
+    d = _json(
+        "--model", "llama-3.1-8b", "--device", "h100", "--input-len", "2048", "--output-len", "256",
+        "--max-rate", "--slo-ttft", "2s", "--slo-tpot", "50ms", "--num-requests", "300",
+    )  # fmt: skip
+    m = d["max_rate"]
+    assert m["max_rate_per_s"] > 0
+    at = m["at_max_rate"]["latency_s"]
+    assert at["ttft"]["p90"] <= 2 and at["tpot"]["p90"] <= 0.05
+    # just above it, the SLO breaks
+    above = [t for t in m["tried"] if t["rate_per_s"] > m["max_rate_per_s"]]
+    assert above and not any(t["met"] for t in above if t["rate_per_s"] <= m["max_rate_per_s"] * 1.02)
+
+
+def test_cli_tp_and_disaggregated():
+    tp = _json(
+        "--model", "llama-3.1-70b", "--device", "h100", "--tp", "4", "--rate", "2", "--input-len", "2048",
+        "--output-len", "256", "--num-requests", "100",
+    )  # fmt: skip
+    assert tp["devices"] == 4 and tp["deployment"]["engine"]["tp"] == 4
+    # each device holds a quarter of the weights (70.6 B parameters × 2 B / 4)
+    assert tp["deployment"]["engine"]["weights_bytes_per_device"] == pytest.approx(70.55e9 * 2 / 4, rel=0.01)
+    dis = _json(
+        "--model", "llama-3.1-70b", "--device", "h100", "--prefill-devices", "2", "--decode-devices", "2",
+        "--rate", "2", "--input-len", "2048", "--output-len", "256", "--num-requests", "100",
+    )  # fmt: skip
+    assert dis["devices"] == 4 and set(dis["deployment"]) == {"prefill", "decode"}
+    # 80 layers × 2 × 8 KV heads × 128 × 2 B = 327,680 B a prompt token cross the link
+    assert dis["disaggregated"]["kv_bytes_per_token"] == 80 * 2 * 8 * 128 * 2
+
+
+def test_cli_cost_and_energy():
+    d = _json(
+        "--model", "llama-3.1-8b", "--device", "h100", "--rate", "5", "--num-requests", "100",
+        "--price-per-device-hour", "2.5",
+    )  # fmt: skip
+    assert d["cost"]["usd_per_million_output_tokens"] > d["cost"]["usd_per_million_input_tokens"] > 0
+    s = d["summary"]
+    # energy: 700 W × the span / output tokens
+    made = s["output_tokens_per_s"] * s["duration_s"]
+    assert d["energy"]["joules_per_output_token"] == pytest.approx(700 * s["duration_s"] / made)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--rate", "0"], "--rate"),
+        (["--slo-ttft", "fast"], "--slo-ttft"),
+        (["--warmup", "5", "--num-requests", "5"], "--warmup"),
+        (["--max-rate"], "SLO"),
+        (["--rate", "1", "--concurrency", "2"], "--concurrency"),
+        (["--prefill-devices", "2"], "--decode-devices"),
+        (["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization"),
+        (["--gpu-memory-utilization", "0.1", "--model", "llama-3.1-70b"], "KV cache"),
+    ],
+)
+def test_cli_refuses_in_one_line(args: list[str], needle: str):
+    base = ["--model", "llama-3.1-8b", "--device", "h100"]
+    r = run_cli("serve-sim", *base, *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr, r.stderr
+
+
+def test_cli_requests_file(tmp_path):
+    f = tmp_path / "r.jsonl"
+    f.write_text('{"input_tokens": 100, "output_tokens": 10}\n{"input_tokens": 50, "output_tokens": 5}\n')
+    d = _json("--model", "llama-3.1-8b", "--device", "h100", "--requests-file", str(f), "--rate", "1")
+    assert d["summary"]["requests"] == 2
+    f.write_text('{"input_tokens": 100, "output_tokens": -1}\n')
+    r = run_cli("serve-sim", "--model", "llama-3.1-8b", "--device", "h100", "--requests-file", str(f))
+    assert r.returncode == 2 and "output_tokens" in r.stderr
