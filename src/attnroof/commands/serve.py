@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from typing import Any
 
 from attnroof.commands._common import (
     Command,
@@ -68,6 +69,16 @@ def ratio_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
+    return value
+
+
+def _acceptance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1]")
     return value
 
 
@@ -160,6 +171,16 @@ def _setup(p: argparse.ArgumentParser) -> None:
     plan.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
     plan.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     add_link_args(plan)
+    spec = p.add_argument_group("speculative decoding (a closed form, Leviathan et al. 2023)")
+    spec.add_argument(
+        "--draft-model", metavar="NAME|config.json", help="the draft model (with --spec-tokens, --acceptance)"
+    )
+    spec.add_argument(
+        "--spec-tokens", type=positive_int, metavar="K", help="tokens the draft proposes a round"
+    )
+    spec.add_argument(
+        "--acceptance", type=_acceptance, metavar="A", help="each draft token's acceptance rate, 0 to 1"
+    )
     slo = p.add_argument_group("service level")
     slo.add_argument("--slo-ttft", type=duration_arg, metavar="T", help="time to first token limit, e.g. 2s")
     slo.add_argument(
@@ -178,6 +199,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
     slo.add_argument(
         "--price-per-device-hour", type=price_arg, metavar="USD", help="cost per million tokens at this price"
     )
+    p.add_argument(
+        "--chart", metavar="FILE.png",
+        help="latency against rate (p50 and the percentile, TTFT and TPOT) over the rates --max-rate tried, "
+        "or 8 rates up to the all-at-once capacity (needs attnroof[plot])",
+    )  # fmt: skip
     add_device_args(p)
     add_json_arg(p)
 
@@ -213,8 +239,12 @@ def _run(args: argparse.Namespace) -> int:
         memory_utilization=args.gpu_memory_utilization, step_overhead_s=args.step_overhead, tp=args.tp,
         prefill_devices=args.prefill_devices, decode_devices=args.decode_devices, slo=slo,
         percentile=args.percentile, search=args.max_rate, price_per_device_hour=args.price_per_device_hour,
+        draft=get_model(args.draft_model) if args.draft_model else None, spec_tokens=args.spec_tokens or 0,
+        acceptance=args.acceptance or 0.0,
     )  # fmt: skip
     result = run(job)
+    if args.chart:
+        _chart(args.chart, job, result)
     if args.json:
         emit_json(result.to_json())
     else:
@@ -222,6 +252,22 @@ def _run(args: argparse.Namespace) -> int:
 
         print(render(result))
     return 0
+
+
+def _chart(path: str, job: Any, result: Any) -> None:
+    from attnroof.plot import use_agg
+    from attnroof.serve.run import sweep_rates
+
+    use_agg()
+    from attnroof.plot.serving import write_latency_chart
+
+    points = sweep_rates(job, result)
+    search = result.search
+    title = f"{job.model.name} on {result.devices} × {job.device.name}: latency against arrival rate"
+    write_latency_chart(
+        path, points, title=title, percentile=job.percentile, slo=job.slo,
+        max_rate=None if search is None else search.rate,
+    )  # fmt: skip
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -239,6 +285,7 @@ def _check(args: argparse.Namespace) -> None:
         "--max-rate searches an arrival rate: not with --concurrency",
     )
     require(not (args.max_rate and args.rate is not None), "--max-rate searches the rate: leave out --rate")
+    require(not (args.chart and args.concurrency), "--chart sweeps the arrival rate: not with --concurrency")
     pools = (args.prefill_devices, args.decode_devices)
     require(
         (pools[0] is None) == (pools[1] is None),
@@ -253,6 +300,11 @@ def _check(args: argparse.Namespace) -> None:
             args.input_len is None and args.output_len is None and args.range_ratio == 0,
             "--requests-file gives each request's lengths: leave out --input-len, --output-len and --range-ratio",
         )
+    spec = (args.draft_model, args.spec_tokens, args.acceptance)
+    require(
+        all(x is None for x in spec) or all(x is not None for x in spec),
+        "speculative decoding needs all three: --draft-model, --spec-tokens and --acceptance",
+    )
     if args.max_rate and not (args.slo_ttft or args.slo_tpot):
         raise InputError("--max-rate needs an SLO: --slo-ttft and/or --slo-tpot")
 

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from attnroof.devices import Device
@@ -25,6 +25,7 @@ from attnroof.serve.deploy import Disaggregated, Pool, pool, simulate, simulate_
 from attnroof.serve.engine import EngineConfig, Run
 from attnroof.serve.metrics import Summary, summarise
 from attnroof.serve.search import RateSearch, max_rate
+from attnroof.serve.speculative import Speculation, speculate
 from attnroof.serve.step import StepOptions
 from attnroof.serve.workload import Workload, from_jsonl, synthetic
 
@@ -82,6 +83,9 @@ class Job:
     percentile: int = 90
     search: bool = False
     price_per_device_hour: float | None = None
+    draft: ModelConfig | None = None
+    spec_tokens: int = 0
+    acceptance: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,7 @@ class Result:
     cost: dict[str, float] | None
     energy: dict[str, Any]
     disaggregated: dict[str, Any] | None = None
+    speculation: Speculation | None = None
 
     def to_json(self) -> dict[str, Any]:
         j = self.job
@@ -120,6 +125,9 @@ class Result:
             "max_rate": None if self.search is None else self.search.to_json(),
             "cost": self.cost,
             "energy": self.energy,
+            "speculative": None
+            if self.speculation is None
+            else {"draft": self.job.draft.name if self.job.draft else None, **self.speculation.to_json()},
             "estimate": "simulated latencies: each step at its roofline bound, the engine's policy over it",
         }
 
@@ -193,7 +201,28 @@ def run(job: Job) -> Result:
             "kv_bytes_per_token": dis.kv_bytes_per_token,
             "transfer_s_mean": r.extra.get("transfer_s_mean"),
         }
-    return Result(job, pools, devices, summary, search, cost, energy, extra)
+    spec = _speculation(job, pools, summary, w) if job.draft is not None else None
+    return Result(job, pools, devices, summary, search, cost, energy, extra, spec)
+
+
+def _speculation(job: Job, pools: dict[str, Pool], s: Summary, w: Workload) -> Speculation:
+    """The closed form at the run's mean decode batch and mean context: the target's pool (the
+    decode pool when disaggregated), the draft on the same devices."""
+    from attnroof.serve.step import StepCost
+
+    assert job.draft is not None
+    target = pools.get("decode", pools.get("engine"))
+    assert target is not None
+    draft = StepCost(
+        job.draft, job.roof, max_tokens=target.cost.max_tokens, max_seqs=target.cost.max_seqs,
+        max_context=target.cost.max_context, options=job.options, plan=target.cost.plan, links=job.links,
+        overhead_s=job.step_overhead_s,
+    )  # fmt: skip
+    batch = max(1, round(s.mean_running))
+    context = round(float(w.input_tokens.mean() + w.output_tokens.mean() / 2))
+    return speculate(
+        target.cost, draft, k=job.spec_tokens, alpha=job.acceptance, batch=batch, context=context
+    )
 
 
 def _cost(job: Job, r: Run, s: Summary, devices: int) -> dict[str, float]:
@@ -245,5 +274,21 @@ def _energy(job: Job, s: Summary, devices: int) -> dict[str, Any]:
     }
 
 
-def with_rate(job: Job, rate: float) -> Job:
-    return replace(job, traffic=replace(job.traffic, rate=rate))
+CHART_RATES = 8
+
+
+def sweep_rates(job: Job, result: Result) -> list[tuple[float, Summary]]:
+    """Summaries over :data:`CHART_RATES` rates from 15% to 120% of the all-at-once capacity,
+    and the rates the search tried (rerun: the search keeps only their percentiles)."""
+    pools, dis = _pools(job)
+
+    def at(rate: float) -> Summary:
+        return summarise(
+            _simulate(job, pools, dis, job.traffic.at(rate)), warmup=job.traffic.warmup, slo=job.slo
+        )
+
+    capacity = at(math.inf).request_throughput
+    rates = {capacity * (0.15 + 1.05 * i / (CHART_RATES - 1)) for i in range(CHART_RATES)}
+    if result.search is not None:
+        rates |= {r for r, _, _ in result.search.tried if r <= 2 * capacity}
+    return [(r, at(r)) for r in sorted(rates)]

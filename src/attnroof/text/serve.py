@@ -86,6 +86,15 @@ def render(result: Any) -> str:
             f"million input tokens, ${c['usd_per_million_output_tokens']:.3g} per million output tokens "
             f"(each step's time shared by the tokens it computed; busy {c['busy_share']:.0%} of the run)"
         )
+    sp = result.speculation
+    if sp is not None:
+        out.append("")
+        out.append(
+            f"speculative decoding with {j.draft.name} proposing {sp.k} at acceptance {sp.alpha:g}: "
+            f"{sp.tokens_per_step:.3g} tokens a target step (1 − α^(k+1))/(1 − α); at batch {sp.batch}, context "
+            f"{sp.context:,}: verify {_ms(sp.verify_step_s)} + {sp.k} × draft {_ms(sp.draft_step_s)} a round, "
+            f"{_ms(sp.time_per_token_s)} a token against {_ms(sp.plain_step_s)} plain ({sp.speedup:.2f}×)"
+        )
     e = result.energy
     if e.get("board_power_w"):
         out.append(
