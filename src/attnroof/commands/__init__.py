@@ -22,7 +22,7 @@ COMMAND_INDEX = (
     (
         "serve-sim",
         "serve",
-        "a deployment under traffic, simulated as vLLM schedules it: latency percentiles, SLO rate, cost",
+        "a deployment under traffic, scheduled as vLLM does: latency percentiles, SLO rate, cost",
     ),
     ("devices", "devices", "the device catalog, or one device with every figure and its source"),
     (
