@@ -142,6 +142,9 @@ def test_int4_decode_reads_4_125_bits_a_weight_at_the_bf16_peak() -> None:
     h100 = get_device("h100")
     assert int4["ridge"] == bf16["ridge"] == h100.peak("bf16") / h100.bandwidth_bytes_per_s
     assert int4["dtype"] == "bf16" and int4["weight_dtype"] == "int4-g128"
+    # a layout of one format on every row is listed; a plain dtype's JSON is as before
+    assert [(f["format"], f["bits_per_weight"]) for f in int4["weights"]["formats"]] == [("int4-g128", 4.125)]
+    assert "weights" not in bf16
 
 
 def test_fp8_kv_cache_halves_the_cache_and_doubles_the_batch() -> None:
@@ -220,3 +223,11 @@ def test_the_grid_counts_the_weights_as_stored_too() -> None:
     for i, batch in enumerate((1, 8)):
         one = memory(m, "decode", batch, 8192, Precision(), None)
         assert g.memory_bytes[i, 0] == pytest.approx(one.total_bytes, rel=1e-12)
+
+
+def test_linear_takes_a_weight_format() -> None:
+    out = _json(
+        "linear", "-n", "1", "-k", "4096", "-m", "4096", "--device", "h100", "--weight-dtype", "int4-g128"
+    )
+    # W: 4096 · 4096 weights at 4.125 bits; X and Y: 4096 elements each in bf16
+    assert out["bytes"] == 4096 * 4096 * 4.125 / 8 + 2 * 4096 * BF16

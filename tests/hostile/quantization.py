@@ -107,4 +107,9 @@ CASES: list[Case] = [
         (*L8, "--weight-dtype", "awq", "--phase", "train"),
         error=("--weight-dtype awq is a serving layout", "training"),
     ),
+    Case(
+        "linear's backward with a serving layout's weight",
+        ("linear", "-n", "64", "-k", "4096", "-m", "4096", "--weight-dtype", "mxfp4", "--pass", "bwd"),
+        error=("--weight-dtype mxfp4 is a serving layout", "--pass fwd"),
+    ),
 ]
