@@ -225,6 +225,7 @@ def test_no_import_loops_between_packages():
 PACKAGE_RANKS = [
     {"errors", "units", "jsonable"},
     {"dtypes", "validate", "outfile"},
+    {"formats"},
     {"cost", "arrays", "devices"},
     {"ops"},
     {"roofline", "row", "footprint"},
@@ -243,12 +244,13 @@ PACKAGE_RANKS = [
 
 MODEL_RANKS = [
     {"fields", "train_options", "schedules"},
-    {"architectures", "unmodelled"},
+    {"architectures", "unmodelled", "quantization"},
     {"spec"},  # the config's shapes
     {"hf_config", "hub"},  # reading a config, finding its file
     {"config"},  # a model by name, path or repository
     {"rows", "shard"},  # a layer's rows; a row cut for one device
     {"layers", "parallel"},  # the layer table; plans and their groups
+    {"weights"},  # the weights by format
     {"costs", "memory", "notes"},  # a step's operators and memory
     {"analysis", "grid"},  # a step on a roof
     {"batching", "training_memory"},

@@ -122,6 +122,7 @@ FLAG_OF_PARAM = {
     "dtype": "--dtype",
     "heads": "--heads",
     "group": "--group",
+    "weight_dtype": "--weight-dtype",
 }
 """The flag that sets each library parameter an error may name (see ``AttnroofError.param``)."""
 

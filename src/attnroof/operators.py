@@ -295,7 +295,7 @@ def all_weights(backward: Cost) -> Cost:
 
 def _bind_linear(i: OpInstance, st: Step) -> Call:
     p = st.prec
-    kw = dict(itemsize=p.itemsize, weight_itemsize=p.weight_itemsize, bias=i.shape["bias"], name=_kernel(i))
+    kw = dict(itemsize=p.itemsize, weight_itemsize=p.weight_bytes(i), bias=i.shape["bias"], name=_kernel(i))
     return Call((st.tokens(i.tokens), i.shape["k"], i.shape["m"]), kw)
 
 
@@ -424,7 +424,7 @@ def _bind_latent(i: OpInstance, st: Step) -> Call:
         batch=st.batch,
         itemsize=p.itemsize,
         kv_itemsize=p.kv_itemsize,
-        weight_itemsize=p.weight_itemsize,
+        weight_itemsize=p.weight_bytes(i),
         softmax_flops_per_element=st.softmax_flops_per_element,
         **{k: i.shape[k] for k in LATENT_WIDTHS},
     )
@@ -463,7 +463,7 @@ def _bind_norm(i: OpInstance, st: Step) -> Call:
     p = st.prec
     kw = dict(
         itemsize=p.itemsize,
-        weight_itemsize=p.weight_itemsize,
+        weight_itemsize=p.weight_bytes(i),
         kind=i.shape["kind"],
         name=_kernel(i),
         scale_width=i.shape.get("scale_width"),
@@ -519,7 +519,7 @@ register(
 def _bind_embedding(i: OpInstance, st: Step) -> Call:
     p = st.prec
     kw = dict(
-        weight_itemsize=p.weight_itemsize,
+        weight_itemsize=p.weight_bytes(i),
         itemsize=p.itemsize,
         positions=i.shape["learned_positions"],
         name="token rows",
@@ -579,7 +579,7 @@ def _bind_experts(i: OpInstance, st: Step) -> Call:
         top_k=i.shape["top_k"],
         routing=st.routing,
         itemsize=p.itemsize,
-        weight_itemsize=p.weight_itemsize,
+        weight_itemsize=p.weight_bytes(i),
         bias=i.shape["bias"],
         ep=ep,
         imbalance=i.shape.get("imbalance", 1),

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from attnroof import arrays
 from attnroof.cost import Num
 from attnroof.dtypes import BF16_BYTES
+from attnroof.formats import WeightFormat
 from attnroof.ops.experts import UNIFORM
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
@@ -50,11 +51,27 @@ are cut like a dense MLP (gate/up by column, down by row) and spread over expert
 
 @dataclass(frozen=True, slots=True)
 class Precision:
-    """Bytes per element of activations (the compute dtype), weights and the KV cache."""
+    """Bytes per element of activations (the compute dtype), weights and the KV cache.
+    ``weight_itemsize`` is every weight's unless ``stored``: then a row whose checkpoint stores
+    it in a format of its own (``OpInstance.weight_format``, from ``quantization_config``) keeps
+    that format's bytes, scales included. ``--weight-dtype`` given by the user sets ``stored``
+    False: one dtype for every row."""
 
     itemsize: float = BF16_BYTES
     weight_itemsize: float = BF16_BYTES
     kv_itemsize: float = BF16_BYTES
+    stored: bool = True
+
+    def weight_bytes(self, row: OpInstance) -> float:
+        """Bytes per weight of ``row``: its stored format's, or :attr:`weight_itemsize`.
+
+        >>> from attnroof.formats import MXFP4
+        >>> experts = OpInstance("expert down", "experts", 36, LAYER, {}, weight_format=MXFP4)
+        >>> Precision().weight_bytes(experts), Precision(stored=False).weight_bytes(experts)
+        (0.53125, 2)
+        """
+        fmt = row.weight_format
+        return fmt.itemsize if self.stored and fmt is not None else self.weight_itemsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +132,10 @@ class OpInstance:
     """The stage name its cost carries, when it differs from ``name``."""
     split: str = REPLICATED
     """How tensor parallelism cuts it (:data:`COLUMN`, :data:`ROW`, ...)."""
+    weight_format: WeightFormat | None = None
+    """The format the checkpoint stores its weights in, when its ``quantization_config`` says
+    (:mod:`attnroof.model.quantization`); None: the step's weight dtype. Read its bytes through
+    :meth:`Precision.weight_bytes`, never from here."""
 
     @property
     def active(self) -> int:

@@ -252,7 +252,11 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("-k", dest="k", type=positive_int, required=True, help="input features")
     p.add_argument("-m", dest="m", type=positive_int, required=True, help="output features")
-    p.add_argument("--weight-dtype", default=None, help="dtype of the weight if it differs (e.g. fp8)")
+    p.add_argument(
+        "--weight-dtype",
+        default=None,
+        help="dtype or quantized layout of the weight if it differs (e.g. fp8, int4-g128, mxfp4)",
+    )
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
@@ -260,11 +264,16 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
 
 
 def _linear_run(args: argparse.Namespace) -> int:
-    from attnroof.dtypes import dtype
+    from attnroof.formats import weight_format
     from attnroof.solve import affine_crossover
 
     dev, dt, roof = roof_from_args(args)
-    w_itemsize = dtype(args.weight_dtype).itemsize if args.weight_dtype else dt.itemsize
+    fmt = weight_format(args.weight_dtype) if args.weight_dtype else None
+    require(
+        fmt is None or not fmt.scaled or args.pass_ == "fwd",
+        f"--weight-dtype {fmt and fmt.name} is a serving layout: its gradients are not kept in it (--pass fwd)",
+    )
+    w_itemsize = dt.itemsize if fmt is None else fmt.itemsize
 
     linear = pass_formula("linear", args.pass_)
 

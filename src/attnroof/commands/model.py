@@ -21,6 +21,7 @@ from attnroof.commands._common import (
 from attnroof.commands._parallel import add_parallel_args, run_parallel, wants_parallel
 from attnroof.commands._train import add_train_args, check_train_flags, run_train
 from attnroof.dtypes import DType, dtype
+from attnroof.formats import WeightFormat, weight_format
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.train_options import TRAIN
 from attnroof.ops.experts import ROUTINGS, UNIFORM
@@ -67,7 +68,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     p.add_argument(
-        "--weight-dtype", metavar="DTYPE", help="dtype the weights are stored in (default: --dtype)"
+        "--weight-dtype",
+        metavar="FORMAT",
+        help="every weight in one dtype or quantized layout: bf16, fp8, fp8-block, int8, int4-g128, awq, gptq, "
+        "mxfp4, nvfp4 (default: as the checkpoint's quantization_config stores them, the rest --dtype)",
     )
     p.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
     p.add_argument(
@@ -99,14 +103,17 @@ class _Job:
     device: Device
     roof: Roof
     dt: DType
-    wdt: DType
+    wdt: DType | WeightFormat
     kdt: DType
 
     @property
     def prec(self) -> Precision:
+        """The dtypes' bytes; weights as the checkpoint stores them unless --weight-dtype is given."""
         from attnroof.model.layers import Precision
 
-        return Precision(self.dt.itemsize, self.wdt.itemsize, self.kdt.itemsize)
+        return Precision(
+            self.dt.itemsize, self.wdt.itemsize, self.kdt.itemsize, stored=not self.args.weight_dtype
+        )
 
     @property
     def fused(self) -> bool:
@@ -128,6 +135,7 @@ class _Job:
 
     def json_head(self) -> dict[str, Any]:
         from attnroof.model.layers import config_json
+        from attnroof.model.weights import weights_json
 
         return {
             "model": self.model.name,
@@ -136,6 +144,7 @@ class _Job:
             "device": self.device.name,
             "dtype": self.dt.name,
             "weight_dtype": self.wdt.name,
+            **weights_json(self.model, self.prec, self.wdt.name, always=isinstance(self.wdt, WeightFormat)),
             "kv_dtype": self.kdt.name,
             "fused": self.fused,
             **({"routing": self.args.routing} if self.model.experts else {}),
@@ -146,12 +155,14 @@ class _Job:
 
     @property
     def setting(self) -> Setting:
+        from attnroof.model.weights import stored_rows
         from attnroof.text.model import Setting
 
         a = self.args
         return Setting(
-            self.model, self.device, self.roof, a.phase, a.context, self.fused, self.dt, self.wdt, self.kdt
-        )
+            self.model, self.device, self.roof, a.phase, a.context, self.fused, self.dt, self.wdt, self.kdt,
+            stored_rows(self.model, self.prec),
+        )  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -166,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
     _check_calibration_use(args)
     model = get_model(args.model)
     dev, dt, roof = roof_from_args(args)
-    wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
+    wdt = _weight_dtype(args, dt)
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
     job = _Job(model, args, dev, roof, dt, wdt, kdt)
     if args.sweep_context:
@@ -174,8 +185,22 @@ def _run(args: argparse.Namespace) -> int:
     if wants_parallel(args):
         return run_parallel(job)
     if args.phase == TRAIN:
+        assert isinstance(wdt, DType)
         return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
+
+
+def _weight_dtype(args: argparse.Namespace, dt: DType) -> DType | WeightFormat:
+    """``--weight-dtype``: a dtype, or for prefill and decode a quantized layout (:mod:`attnroof.formats`)."""
+    fmt = weight_format(args.weight_dtype) if args.weight_dtype else None
+    if fmt is None or not fmt.scaled:
+        return dt if fmt is None else dtype(fmt.name)
+    require(
+        args.phase != TRAIN,
+        f"--weight-dtype {fmt.name} is a serving layout (scaled groups or blocks): a training step keeps "
+        "its weights in a dtype (bf16, fp32, fp8)",
+    )
+    return fmt
 
 
 def _check_grid(args: argparse.Namespace) -> None:

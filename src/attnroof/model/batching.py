@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.model.analysis import ModelAnalysis, analyse
-from attnroof.model.layers import DECODE, Precision, gemm_shapes, layer_table
+from attnroof.model.layers import DECODE, Precision, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import operator, rule
 from attnroof.ops.experts import UNIFORM
@@ -49,17 +49,22 @@ def gemm_crossovers(
 ) -> list[GemmCrossover]:
     """Per GEMM, the batch (tokens through it in decode) from which it is compute-bound, solved
     exactly on the operator table's ``linear`` formula; then each expert GEMM's (by bisection)."""
-    out = [_dense(name, k, m, roof, prec) for name, k, m in gemm_shapes(model)]
+    out = [
+        _dense(i.name, *gemm(i.shape), roof, prec.itemsize, prec.weight_bytes(i))
+        for i in layer_table(model)
+        if (gemm := rule(i).gemm) is not None
+    ]
     return out + expert_crossovers(model, roof, prec, routing)
 
 
-def _dense(name: str, k: int, m: int, roof: Roof, prec: Precision) -> GemmCrossover:
+def _dense(name: str, k: int, m: int, roof: Roof, itemsize: float, weight_itemsize: float) -> GemmCrossover:
+    """One weight GEMM's crossover, its weights at ``weight_itemsize`` bytes each."""
     from attnroof.solve import affine_crossover
 
     gemm = operator("linear").forward
 
     def cost(n: Any) -> Any:
-        return gemm(n, k, m, itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize)
+        return gemm(n, k, m, itemsize=itemsize, weight_itemsize=weight_itemsize)
 
     c = affine_crossover(cost, roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, variable="n")
     return GemmCrossover(name, k, m, None if c.s_min is None else int(c.s_min), c.exact)
@@ -78,15 +83,17 @@ def expert_crossovers(
             continue
         shape = row.shape
 
-        def intensity(n: int, shape: Any = shape) -> float:
+        size = prec.weight_bytes(row)
+
+        def intensity(n: int, shape: Any = shape, size: float = size) -> float:
             c = experts(
                 n, shape["k"], shape["m"], experts=shape["experts"], top_k=shape["top_k"], routing=routing,
-                itemsize=prec.itemsize, weight_itemsize=prec.weight_itemsize, bias=shape["bias"],
+                itemsize=prec.itemsize, weight_itemsize=size, bias=shape["bias"],
             )  # fmt: skip
             return float(c.intensity)
 
         batch = _smallest(lambda n: intensity(n) >= roof.ridge)
-        dense = _dense(row.name, shape["k"], shape["m"], roof, prec).batch
+        dense = _dense(row.name, shape["k"], shape["m"], roof, prec.itemsize, size).batch
         out.append(GemmCrossover(row.name, shape["k"], shape["m"], batch, None, dense))
     return out
 

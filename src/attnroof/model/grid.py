@@ -14,7 +14,7 @@ from typing import Any
 
 from attnroof import arrays
 from attnroof.model.costs import model_ops
-from attnroof.model.layers import DECODE, Precision, params
+from attnroof.model.layers import DECODE, Precision, weight_bytes
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_sequence
 from attnroof.model.spec import ModelConfig
 from attnroof.ops.experts import UNIFORM
@@ -84,7 +84,7 @@ def grid(
             if op.attention:
                 attn_time = attn_time + op.count * pl.time_s
     used = (
-        params(model) * p.weight_itemsize
+        weight_bytes(model, p)
         + kv_cache_bytes_per_sequence(model, c, p.kv_itemsize) * b
         + activation_bytes(model, phase, b, c, p, fused=fused)
     )

@@ -19,6 +19,7 @@ from attnroof.model.architectures import (
     read_latent,
 )
 from attnroof.model.fields import MAX_LAYERS, ModelConfigError, read_bool, read_int, read_str, show
+from attnroof.model.quantization import read_quantization
 from attnroof.model.spec import QK_NORM_HEAD, QK_NORM_WIDTH, ModelConfig
 from attnroof.model.unmodelled import unmodelled
 
@@ -168,7 +169,7 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         norms_per_layer=family.norms_per_layer if family else 2,
         qk_norm=family.qk_norm if family else "",
         sinks=bool(family and family.sinks),
-        stored_weights=_stored_weights(cfg),
+        quantization=read_quantization(cfg, where),
         attn_softcap=_softcap(cfg, "attn_logit_softcapping", where),
         final_softcap=_softcap(cfg, "final_logit_softcapping", where),
     )
@@ -185,12 +186,6 @@ def _family(model_type: str, where: str) -> Family | None:
             f"(it reads {', '.join(sorted(FAMILIES))})"
         )
     return FAMILIES[model_type]
-
-
-def _stored_weights(cfg: Mapping[str, Any]) -> str | None:
-    q = cfg.get("quantization_config")
-    method = q.get("quant_method") if isinstance(q, Mapping) else None
-    return str(method) if isinstance(method, str) and method else None
 
 
 def _softcap(cfg: Mapping[str, Any], key: str, where: str) -> float | None:

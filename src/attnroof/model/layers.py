@@ -37,6 +37,7 @@ from functools import lru_cache
 from typing import Any
 
 from attnroof.model import rows
+from attnroof.model.quantization import stored_formats
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import rule
@@ -93,6 +94,7 @@ __all__ = [  # the row and step types live in attnroof.row; re-exported for the 
     "params",
     "params_read",
     "stage_table",
+    "weight_bytes",
 ]  # fmt: skip
 
 
@@ -165,12 +167,28 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
     head = rows.head_rows(model) if last == model.layers else []
     if first > 0 and model.tied:  # a pipeline's last stage keeps its own copy of a tied table
         head = [replace(r, params=r.params_read) if r.split == VOCAB else r for r in head]
-    return (*inputs, *merged, *head)
+    return stored_formats(model.quantization, (*inputs, *merged, *head))
 
 
 def params(model: ModelConfig, shard: Shard | None = None) -> int:
     """Every parameter of ``model`` (on one device of a ``shard``), summed over its layer table."""
     return sum(i.count * i.params for i in layer_table(model, shard))
+
+
+def weight_bytes(model: ModelConfig, prec: Precision, shard: Shard | None = None) -> float:
+    """Bytes of every weight of ``model`` (on one device of a ``shard``): each row's parameters at
+    its own bytes per weight (:meth:`Precision.weight_bytes`: as the checkpoint stores it, or
+    ``--weight-dtype``'s).
+
+    >>> from attnroof.model.config import builtin
+    >>> m = builtin("gpt-oss-120b")
+    >>> round(weight_bytes(m, Precision()) / 2**30, 2)     # the model card's checkpoint: 60.8 GiB
+    60.71
+
+    (The experts in MXFP4, 4.25 bits, the rest in bf16; the card's 0.1 GiB more is mostly the
+    experts' biases, which the checkpoint keeps in bf16 and a row counts in its own format.)
+    """
+    return sum(i.count * i.params * prec.weight_bytes(i) for i in layer_table(model, shard))
 
 
 def params_read(model: ModelConfig) -> int:

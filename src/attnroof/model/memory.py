@@ -1,6 +1,7 @@
 """Device memory of a model at a batch and context: weights, KV cache, activations.
 
-    weights      = Σ over the layer table of runs × parameters, × weight itemsize
+    weights      = Σ over the layer table of runs × parameters × the row's bytes per weight
+                   (as the checkpoint stores it, scales included, or --weight-dtype's)
     KV per token = Σ over attention instances of runs × the elements each token adds
                    (2 × kv_heads × head_dim for GQA), × KV itemsize: what a token writes
     KV held      = the cache per sequence / context: per token of context, what the cache holds
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnroof import arrays
 from attnroof.cost import Num
-from attnroof.model.layers import PREFILL, Precision, Step, layer_table, params
+from attnroof.model.layers import PREFILL, Precision, Step, layer_table, weight_bytes
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import is_attention, rule
 from attnroof.ops.experts import UNIFORM, touched_experts
@@ -53,11 +54,14 @@ def weights_read(
     context: Num,
     routing: str = UNIFORM,
     shard: Shard | None = None,
+    prec: Precision | None = None,
 ) -> Num:
     """Parameters one step reads: every weight it streams whole, and of each mixture of experts
-    only the experts its tokens touch (:func:`attnroof.ops.experts.touched_experts`).
+    only the experts its tokens touch (:func:`attnroof.ops.experts.touched_experts`). With
+    ``prec``: their bytes, each row's at its own bytes per weight.
 
     >>> from attnroof.model.config import builtin
+    >>> from attnroof.model.layers import params
     >>> m = builtin("mixtral-8x7b")
     >>> weights_read(m, "decode", 1, 4096) < params(m) / 3      # 2 of 8 experts at batch 1
     True
@@ -65,14 +69,15 @@ def weights_read(
     tokens = Step(phase, batch, context).tokens()
     total: Num = 0
     for i in layer_table(model, shard):
+        size = 1 if prec is None else prec.weight_bytes(i)
         if rule(i).routed:  # under expert parallelism: the group's tokens, 1/ep of the experts
             ep = i.shape.get("ep", 1)
             each = i.params_read * ep / i.shape["experts"]
             pooled = tokens * i.shape.get("pool", ep)
             touched = touched_experts(pooled, i.shape["experts"], i.shape["top_k"], routing)
-            total = total + i.count * each * touched / ep
+            total = total + i.count * each * touched / ep * size
         else:
-            total = total + i.count * i.params_read
+            total = total + i.count * i.params_read * size
     return total
 
 
@@ -193,7 +198,7 @@ def memory(
     (1073741824, 116)
     """
     per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize, shard)
-    weights = params(model, shard) * prec.weight_itemsize
+    weights = weight_bytes(model, prec, shard)
 
     def used(b: int, c: int) -> float:
         kv = kv_cache_bytes_per_sequence(model, c, prec.kv_itemsize, shard) * b
@@ -211,7 +216,7 @@ def memory(
         max_context = _largest(lambda c: used(batch, c) <= capacity_bytes)
     return Memory(
         weights_bytes=weights,
-        weights_read_bytes=weights_read(model, phase, batch, context, routing, shard) * prec.weight_itemsize,
+        weights_read_bytes=weights_read(model, phase, batch, context, routing, shard, prec),
         kv_cache_bytes_per_token_written=per_token,
         kv_cache_bytes_per_sequence=per_seq,
         kv_cache_bytes=per_seq * batch,

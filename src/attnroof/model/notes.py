@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from attnroof.model.layers import DECODE, Precision
 from attnroof.model.spec import ModelConfig
+from attnroof.model.weights import weights_by_format
 from attnroof.ops.attention import causal_band, causal_half
 from attnroof.ops.experts import ALL, touched_experts
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
-
-STORED_ITEMSIZE = {"fp8": 1, "fbgemm_fp8": 1, "mxfp4": 0.5}
-"""Bytes per weight of the quantized formats checkpoints publish (MXFP4: 4 bits, its shared
-scales, one byte per 32 weights, left out)."""
+from attnroof.units import si
 
 SOFTCAP_FLOPS_PER_SCORE = 3
 """cap·tanh(score/cap): a divide, a tanh and a multiply per score (tanh counted as one)."""
@@ -36,11 +34,8 @@ def step_notes(
             f"every parameter is counted at {prec.weight_itemsize:g} B, embedding and LM head included; "
             "many low-precision checkpoints keep those two in 16 bits"
         )
-    if m.stored_weights and prec.weight_itemsize > STORED_ITEMSIZE.get(m.stored_weights, 1):
-        notes.append(
-            f"the published checkpoint stores weights as {m.stored_weights} (quantization_config); they are "
-            f"counted here at {prec.weight_itemsize:g} B each — pass --weight-dtype to count them as stored"
-        )
+    if m.quantization is not None:
+        notes.append(_stored_note(m, prec))
     w, n = m.sliding_window, m.windowed_layers
     if w is not None and n and context > w:
         where = "every layer" if n == m.layers else f"{n} of {m.layers} layers"
@@ -81,6 +76,35 @@ def step_notes(
     if m.max_positions is not None and context > m.max_positions:
         notes.append(f"context {context} exceeds the model's {m.max_positions} positions")
     return tuple(notes)
+
+
+def _stored_note(m: ModelConfig, prec: Precision) -> str:
+    """How the weights are counted against how the checkpoint stores them, with the bytes."""
+    q = m.quantization
+    assert q is not None
+    if q.format is None:
+        return (
+            f"the checkpoint's quant_method {q.method!r} is a layout attnroof does not read: its weights are "
+            f"counted at {prec.weight_itemsize:g} B each (--weight-dtype to choose)"
+        )
+    groups = weights_by_format(m, prec)
+    if not prec.stored:
+        total = sum(g.bytes for g in groups)
+        return (
+            f"the checkpoint stores weights as {q.format.name} ({float(q.format.bits):g} bits a weight, "
+            f"quantization_config); every row is counted here at {prec.weight_itemsize:g} B: {si(total, 'B')}"
+        )
+    parts = [
+        f"{g.rows_text} at {g.itemsize * 8:g} bits a weight ({g.format.layout}), {si(g.bytes, 'B')}"
+        for g in groups
+        if g.format is not None
+    ]
+    rest = sum(g.bytes for g in groups if g.format is None)
+    return (
+        f"weights counted as the checkpoint stores them ({q.method}, quantization_config): "
+        + "; ".join(parts)
+        + f"; the other rows at {prec.weight_itemsize:g} B, {si(rest, 'B')} (--weight-dtype: one dtype for every row)"
+    )
 
 
 def _experts_note(m: ModelConfig, phase: str, batch: int, context: int, routing: str) -> str:

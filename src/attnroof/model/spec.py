@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
+from attnroof.model.quantization import Quantization
 
 QK_NORM_HEAD = "head"
 """QK-norm per head (Qwen3, Gemma 3): an RMSNorm over each query and key head, one head_dim
@@ -67,9 +68,9 @@ class ModelConfig:
     attn_softcap: float | None = None
     """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
     final_softcap: float | None = None
-    stored_weights: str | None = None
-    """The checkpoint's own weight format when it is not the compute dtype (``quantization_config``:
-    DeepSeek-V3's fp8 blocks, gpt-oss's MXFP4 experts); analysed in ``--weight-dtype``, said in a note."""
+    quantization: Quantization | None = None
+    """The checkpoint's ``quantization_config``: the format its converted weights are stored in
+    (DeepSeek-V3's fp8 blocks, gpt-oss's MXFP4 experts), which the layer table's rows carry."""
 
     @property
     def group(self) -> int:
@@ -151,4 +152,6 @@ class ModelConfig:
             out["attention_logit_softcap"] = self.attn_softcap
         if self.final_softcap is not None:
             out["final_logit_softcap"] = self.final_softcap
+        if self.quantization is not None:
+            out["quantization"] = self.quantization.to_json()
         return out

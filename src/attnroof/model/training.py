@@ -90,7 +90,9 @@ def train_ops(
     """
     if recompute not in (NONE, SELECTIVE, FULL):
         raise ValueError(f"unknown recompute {recompute!r}")
-    fwd_prec = Precision(prec.itemsize, prec.weight_itemsize, prec.itemsize)  # K, V: activations
+    # K, V: activations; every weight at the training dtype (a checkpoint's quantized layout is a
+    # serving format: training reads the weights it updates)
+    fwd_prec = Precision(prec.itemsize, prec.weight_itemsize, prec.itemsize, stored=False)
     step = Step(PREFILL, batch, context, fwd_prec, fused, softmax_flops_per_element)
     rows = [replace(i, tokens=ALL_TOKENS) for i in layer_table(model, shard) if rule(i).in_training]
     missing = sorted({i.operator for i in rows if rule(i).backward is None})
@@ -293,7 +295,7 @@ def train_notes(
 ) -> tuple[str, ...]:
     """What a training step's numbers leave out or assume: the model's own notes (its forward
     is a prefill's, latent attention decompressed) and the training step's."""
-    forward = Precision(prec.itemsize, prec.weight_itemsize)
+    forward = Precision(prec.itemsize, prec.weight_itemsize, stored=False)
     notes = [
         *step_notes(model, TRAIN, batch, context, forward, routing=UNIFORM, latent_form=NAIVE),
         "not counted: the loss (a softmax over the vocabulary per token), the optimizer's update "

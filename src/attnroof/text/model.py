@@ -34,6 +34,8 @@ class Setting:
     dt: DType
     wdt: DType
     kdt: DType
+    stored: tuple[tuple[str, str], ...] = ()
+    """(format, rows) the checkpoint stores in a format of their own, counted so (the rest: ``wdt``)."""
 
 
 def architecture(m: ModelConfig) -> str:
@@ -77,11 +79,20 @@ def header(s: Setting, batch: int | None) -> list[str]:
     lines = [
         f"{m.name}: {shape}",
         render.device_line(s.device, s.roof),
-        f"{what}; weights {s.wdt.name}, KV cache {s.kdt.name}, activations {s.dt.name}; {attn} attention",
+        f"{what}; weights {_weights(s)}, KV cache {s.kdt.name}, activations {s.dt.name}; {attn} attention",
     ]
-    if s.wdt.name != s.dt.name:
-        lines.append(f"weights stored as {s.wdt.name} are multiplied at the {s.dt.name} peak (--dtype)")
+    names = list(dict.fromkeys([fmt for fmt, _ in s.stored] + [s.wdt.name]))
+    if names != [s.dt.name]:
+        stored = " and ".join(n for n in names if n != s.dt.name)
+        lines.append(f"weights stored as {stored} are multiplied at the {s.dt.name} peak (--dtype)")
     return lines
+
+
+def _weights(s: Setting) -> str:
+    """The weights' formats: one dtype, or the checkpoint's format on its rows and the rest."""
+    if not s.stored:
+        return s.wdt.name
+    return " + ".join(f"{fmt} on {rows}" for fmt, rows in s.stored) + f" + {s.wdt.name} on the rest"
 
 
 OP_HEADERS = ("operator", "×", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of step")
