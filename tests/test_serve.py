@@ -295,3 +295,34 @@ def test_cli_requests_file(tmp_path):
     f.write_text('{"input_tokens": 100, "output_tokens": -1}\n')
     r = run_cli("serve-sim", "--model", "llama-3.1-8b", "--device", "h100", "--requests-file", str(f))
     assert r.returncode == 2 and "output_tokens" in r.stderr
+
+
+def test_cli_gpt_oss_from_its_mxfp4_config():
+    """gpt-oss-120b as its checkpoint stores it: MXFP4 experts (4.25 bits) and bf16 elsewhere,
+    65.2 GB, so one 80 GB H100 serves it with room for a KV cache."""
+    d = _json(
+        "--model", "gpt-oss-120b", "--device", "h100", "--rate", "10", "--input-len", "2048",
+        "--output-len", "256", "--num-requests", "100",
+    )  # fmt: skip
+    pool = d["deployment"]["engine"]
+    assert pool["weights_bytes_per_device"] == pytest.approx(65.19e9, rel=0.001)
+    assert pool["kv_blocks"] > 0 and d["summary"]["requests"] == 100
+    # as bf16 it does not fit: 117 B parameters × 2 B
+    r = run_cli("serve-sim", "--model", "gpt-oss-120b", "--device", "h100", "--weight-dtype", "bf16")
+    assert r.returncode == 2 and "no room for a KV cache" in r.stderr
+
+
+def test_speculation_closed_form():
+    from attnroof.serve.speculative import speculate, tokens_per_step
+
+    assert tokens_per_step(4, 0.7) == pytest.approx((1 - 0.7**5) / 0.3)
+    target = StepCost(LLAMA, H100, max_tokens=4096, max_seqs=64, max_context=8192)
+    draft = StepCost(builtin("qwen2.5-7b"), H100, max_tokens=4096, max_seqs=64, max_context=8192)
+    sp = speculate(target, draft, k=4, alpha=0.7, batch=8, context=2048)
+    # the plain step is the model's decode step at batch 8; the round is verify + 4 draft steps
+    assert sp.plain_step_s == pytest.approx(analyse(LLAMA, "decode", 8, 2048, H100).totals.time_s, rel=1e-12)
+    assert sp.time_per_token_s == pytest.approx(
+        (sp.verify_step_s + 4 * sp.draft_step_s) / tokens_per_step(4, 0.7)
+    )
+    # verifying 5 tokens a sequence at batch 8 reads the weights once, like one decode step: barely dearer
+    assert sp.plain_step_s < sp.verify_step_s < 1.2 * sp.plain_step_s

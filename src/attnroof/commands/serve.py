@@ -211,6 +211,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from attnroof.dtypes import dtype
     from attnroof.errors import read_text
+    from attnroof.formats import weight_format
     from attnroof.model import get_model
     from attnroof.model.layers import Precision
     from attnroof.serve.engine import EngineConfig
@@ -220,7 +221,7 @@ def _run(args: argparse.Namespace) -> int:
     _check(args)
     model = get_model(args.model)
     dev, dt, roof = roof_from_args(args)
-    wdt = dtype(args.weight_dtype) if args.weight_dtype else dt
+    wdt = weight_format(args.weight_dtype) if args.weight_dtype else dt
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
     text = read_text(args.requests_file, "requests file", InputError) if args.requests_file else None
     traffic = Traffic(
@@ -235,7 +236,9 @@ def _run(args: argparse.Namespace) -> int:
             max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
             block_size=args.block_size, max_model_len=args.max_model_len or 0,
         ),
-        options=StepOptions(Precision(dt.itemsize, wdt.itemsize, kdt.itemsize), fused=not args.unfused),
+        options=StepOptions(
+            Precision(dt.itemsize, wdt.itemsize, kdt.itemsize, stored=not args.weight_dtype), fused=not args.unfused
+        ),
         memory_utilization=args.gpu_memory_utilization, step_overhead_s=args.step_overhead, tp=args.tp,
         prefill_devices=args.prefill_devices, decode_devices=args.decode_devices, slo=slo,
         percentile=args.percentile, search=args.max_rate, price_per_device_hour=args.price_per_device_hour,
