@@ -326,3 +326,23 @@ def test_speculation_closed_form():
     )
     # verifying 5 tokens a sequence at batch 8 reads the weights once, like one decode step: barely dearer
     assert sp.plain_step_s < sp.verify_step_s < 1.2 * sp.plain_step_s
+
+
+def test_calibrated_steps_are_the_models_forecasts(tmp_path):
+    """With --calibration, one request's TTFT and TPOT are `model --calibration`'s forecast of
+    its prefill and decode steps (fitted on the H200 measurements in tests/data)."""
+    from pathlib import Path
+
+    cal = tmp_path / "cal.json"
+    data = Path(__file__).parent / "data" / "h200-reference.jsonl"
+    assert run_cli("calibrate", str(data), "-o", str(cal)).returncode == 0
+    flags = ["--model", "llama-3.1-8b", "--device", "h200", "--calibration", str(cal)]
+    pre = json.loads(run_cli("model", *flags, "--phase", "prefill", "--context", "2048", "--json").stdout)
+    dec = json.loads(run_cli("model", *flags, "--phase", "decode", "--context", "2049", "--json").stdout)
+    d = _json(*flags, "--input-len", "2048", "--output-len", "2", "--num-requests", "1")
+    lat = d["summary"]["latency_s"]
+    assert d["steps"] == "forecast"
+    assert lat["ttft"]["mean"] == pytest.approx(pre["predicted"]["time_s"], rel=1e-12)
+    assert lat["tpot"]["mean"] == pytest.approx(dec["predicted"]["time_s"], rel=1e-12)
+    # the forecast is slower than the bound it sits above
+    assert lat["ttft"]["mean"] > pre["totals"]["time_s"]

@@ -18,6 +18,7 @@ from attnroof.commands._common import (
     require,
     roof_from_args,
 )
+from attnroof.commands._calibration import add_calibration_args, load
 from attnroof.commands._parallel import add_link_args, links_of
 from attnroof.errors import InputError
 
@@ -205,6 +206,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "or 8 rates up to the all-at-once capacity (needs attnroof[plot])",
     )  # fmt: skip
     add_device_args(p)
+    add_calibration_args(p)
     add_json_arg(p)
 
 
@@ -242,6 +244,7 @@ def _run(args: argparse.Namespace) -> int:
         memory_utilization=args.gpu_memory_utilization, step_overhead_s=args.step_overhead, tp=args.tp,
         prefill_devices=args.prefill_devices, decode_devices=args.decode_devices, slo=slo,
         percentile=args.percentile, search=args.max_rate, price_per_device_hour=args.price_per_device_hour,
+        calibration=load(args, dev, dt), impl=args.impl,
         draft=get_model(args.draft_model) if args.draft_model else None, spec_tokens=args.spec_tokens or 0,
         acceptance=args.acceptance or 0.0,
     )  # fmt: skip

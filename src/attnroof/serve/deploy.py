@@ -65,8 +65,11 @@ def pool(
     plan: Plan | None = None,
     links: Links | None = None,
     overhead_s: float = 0.0,
+    calibration: Any = None,
+    impl: str | None = None,
 ) -> Pool:
-    """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group."""
+    """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group; its steps
+    forecast by ``calibration`` where one is given, else at their roofline bound."""
     shard = None if plan is None or plan.single else plan.shard(0, model.layers)
     prec: Precision = options.prec
     max_len = config.max_model_len or model.max_positions or 131072
@@ -84,10 +87,16 @@ def pool(
             + ("" if plan is None else f" per device at --tp {plan.tp}"),
             param="gpu_memory_utilization",
         )
-    cost = StepCost(
-        model, roof, max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs,
-        max_context=max_len, options=options, plan=plan, links=links, overhead_s=overhead_s,
+    kw: dict[str, Any] = dict(
+        max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs, max_context=max_len,
+        options=options, plan=plan, links=links, overhead_s=overhead_s,
     )  # fmt: skip
+    if calibration is not None:
+        from attnroof.serve.forecast import ForecastStepCost
+
+        cost: StepCost = ForecastStepCost(model, roof, calibration=calibration, impl=impl, **kw)
+    else:
+        cost = StepCost(model, roof, **kw)
     devices = 1 if plan is None else plan.devices
     return Pool(cost, replace(config, blocks=blocks, max_model_len=max_len), devices, weights, act, per_token)
 

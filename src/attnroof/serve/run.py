@@ -83,6 +83,9 @@ class Job:
     percentile: int = 90
     search: bool = False
     price_per_device_hour: float | None = None
+    calibration: Any = None
+    """A calibration (:mod:`attnroof.calibration`): each step forecast instead of bounded."""
+    impl: str | None = None
     draft: ModelConfig | None = None
     spec_tokens: int = 0
     acceptance: float = 0.0
@@ -128,7 +131,12 @@ class Result:
             "speculative": None
             if self.speculation is None
             else {"draft": self.job.draft.name if self.job.draft else None, **self.speculation.to_json()},
-            "estimate": "simulated latencies: each step at its roofline bound, the engine's policy over it",
+            "steps": "forecast" if j.calibration is not None else "bound",
+            "calibration": None
+            if j.calibration is None
+            else {"device": j.calibration.catalog_device or j.calibration.device, "impl": j.impl},
+            "estimate": "simulated latencies: the engine's policy over steps at their "
+            + ("calibrated forecast" if j.calibration is not None else "roofline bound"),
         }
 
 
@@ -136,11 +144,9 @@ def _pools(job: Job) -> tuple[dict[str, Pool], Disaggregated | None]:
     from attnroof.model.parallel import Plan
 
     kw = dict(
-        options=job.options,
-        memory_utilization=job.memory_utilization,
-        links=job.links,
-        overhead_s=job.step_overhead_s,
-    )
+        options=job.options, memory_utilization=job.memory_utilization, links=job.links,
+        overhead_s=job.step_overhead_s, calibration=job.calibration, impl=job.impl,
+    )  # fmt: skip
     cap = job.device.capacity_bytes
     if cap is None:
         raise InputError(f"{job.device.name} has no memory capacity: give --capacity", param="capacity")

@@ -102,10 +102,19 @@ def render(result: Any) -> str:
             f"≤ {e['joules_per_token']:.3g} J per token (every board at its rated power throughout)"
         )
     out.append("")
-    out.append(
-        "Simulated: each step at its roofline bound (one kernel's time is max(F/P, bytes/B)), scheduled as "
-        "vLLM's V1 engine does; real kernels are slower, so these latencies are lower bounds on the policy."
-    )
+    if j.calibration is not None:
+        fitted = j.calibration.catalog_device or j.calibration.device
+        out.append(
+            f"Simulated: each step forecast by the calibration fitted on {fitted} (GEMMs and passes by their fits, "
+            "attention by the "
+            + (f"{j.impl} fit" if j.impl else "fastest calibrated implementation")
+            + ", collectives at their link-roof time), scheduled as vLLM's V1 engine does: an estimate."
+        )
+    else:
+        out.append(
+            "Simulated: each step at its roofline bound (one kernel's time is max(F/P, bytes/B)), scheduled as "
+            "vLLM's V1 engine does; real kernels are slower, so these latencies are lower bounds on the policy."
+        )
     return "\n".join(out)
 
 
