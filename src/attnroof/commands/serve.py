@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+from attnroof.commands._calibration import add_calibration_args, load
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -18,7 +19,6 @@ from attnroof.commands._common import (
     require,
     roof_from_args,
 )
-from attnroof.commands._calibration import add_calibration_args, load
 from attnroof.commands._parallel import add_link_args, links_of
 from attnroof.errors import InputError
 
