@@ -9,6 +9,9 @@ Throughput, the median of several runs:
 - a plan search, ``attnroof plan`` for Llama-3.1-70B on 64 H100s, 4M tokens of 8192 a step (a new
   interpreter each run): target ≤ 5 s wall, and the plans it tries a second reported; the whole
   search (every CP degree and schedule) and the 1F1B, CP-1 part of it (``--where``).
+- serving: 10,000 requests (2048 → 256 tokens, Poisson at 10/s) through the simulated engine,
+  Llama-3.1-8B on an H100, the simulation alone: target ≤ 2 s; and ``serve-sim --max-rate`` with
+  its SLOs (a new interpreter, 1,000 requests a simulation): target ≤ 10 s wall.
 
 Start-up beside peers, whole processes, paired: each round runs every command once, in a
 shuffled order, so that the machine's load falls on attnroof and its peers alike; each figure
@@ -200,6 +203,41 @@ PLAN = ["plan", "--model", "llama-3.1-70b", "--device", "h100", "--devices", "64
 PLAN_1F1B = [*PLAN, "--where", "cp=1", "--where", "schedule=1f1b"]
 PLAN_TARGET_S = 5.0
 PLAN_RUNS = 3
+SERVE_REQUESTS = 10_000
+SERVE_TARGET_S = 2.0
+MAX_RATE = ["serve-sim", "--model", "llama-3.1-8b", "--device", "h100", "--input-len", "2048", "--output-len",
+            "256", "--max-rate", "--slo-ttft", "2s", "--slo-tpot", "50ms", "--json"]  # fmt: skip
+MAX_RATE_TARGET_S = 10.0
+
+
+def time_serving() -> list[float]:
+    """The engine alone over 10,000 requests (the deployment built once, outside the timing)."""
+    from attnroof.devices import get_device
+    from attnroof.serve.deploy import pool
+    from attnroof.serve.engine import Engine, EngineConfig
+    from attnroof.serve.step import StepOptions
+    from attnroof.serve.workload import synthetic
+
+    h100 = get_device("h100")
+    p = pool(builtin("llama-3.1-8b"), Roof.of(h100, "bf16"), h100.capacity_bytes, EngineConfig(),
+             options=StepOptions(), memory_utilization=0.9)  # fmt: skip
+    w = synthetic(SERVE_REQUESTS, input_tokens=2048, output_tokens=256, rate=10.0, seed=0)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        Engine(p.cost, p.config).run(w)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def time_max_rate() -> float:
+    times = []
+    for _ in range(PLAN_RUNS):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "attnroof", *MAX_RATE], capture_output=True, text=True,
+                       check=True, env={**os.environ, "PYTHONPATH": str(SRC)})  # fmt: skip
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def time_plan(argv: list[str]) -> tuple[float, int]:
@@ -270,6 +308,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"plan search, 70B on 64 H100s, {label}, median of {PLAN_RUNS}", wall, PLAN_TARGET_S, "s",
                 f"; {tried:,} plans tried, {tried / wall:,.0f} plans/s",
             )  # fmt: skip
+
+        report(
+            f"serving, {SERVE_REQUESTS:,} requests simulated, median of 3",
+            statistics.median(time_serving()),
+            SERVE_TARGET_S,
+            "s",
+        )
+        report(
+            f"serve-sim --max-rate, new interpreter, median of {PLAN_RUNS}",
+            time_max_rate(),
+            MAX_RATE_TARGET_S,
+            "s",
+        )
 
     found = find_peers(args.peer_python)
     if not found or not any(found["peers"].values()):

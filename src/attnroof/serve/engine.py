@@ -135,13 +135,7 @@ class Engine:
             np.zeros(n, dtype=np.int64) if precomputed is None else np.asarray(precomputed, dtype=np.int64)
         )
         itl: list[Any] = []
-        log_t: list[Any] = []
-        log_dt: list[Any] = []
-        log_tok: list[Any] = []
-        log_pre: list[Any] = []
-        log_run: list[Any] = []
-        log_wait: list[Any] = []
-        log_used: list[Any] = []
+        log = _Log()
 
         free = cfg.blocks
         running = np.zeros(0, dtype=np.int64)  # in admission order
@@ -223,20 +217,13 @@ class Engine:
                 last_token[ids] = ends[-1]
                 now = float(ends[-1])
                 steps += k
-                log_t.append(ends)
-                log_dt.append(times)
-                log_tok.append(np.full(k, len(ids)))
-                log_pre.append(np.zeros(k, dtype=np.int64))
-                log_run.append(np.full(k, len(ids)))
-                log_wait.append(np.zeros(k, dtype=np.int64))
-                log_used.append(used)
+                log.many(ends, times, len(ids), 0, len(ids), 0, used)
             else:
                 one = take == 1
                 # a decode: the one token sampled last step; everything else is prompt (or recomputed)
                 decoding_each = one & (generated[ids] > 0) & (ctx == prompt[ids] + generated[ids])
                 dt = cost.time_s(ctx[one], take[~one], ctx[~one])
                 now += dt
-                log_dt.append(np.array([dt]))
                 steps += 1
                 computed[ids] += take
                 emits = ids[computed[ids] == prompt[ids] + generated[ids]]
@@ -245,12 +232,10 @@ class Engine:
                 itl.append(now - last_token[emits[~fresh]])
                 generated[emits] += 1
                 last_token[emits] = now
-                log_t.append(np.array([now]))
-                log_tok.append(np.array([int(take.sum())]))
-                log_pre.append(np.array([int(take[~decoding_each].sum())]))
-                log_run.append(np.array([len(running)]))
-                log_wait.append(np.array([len(waiting)]))
-                log_used.append(np.array([cfg.blocks - free]))
+                log.one(
+                    now, dt, int(take.sum()), int(take[~decoding_each].sum()), len(running), len(waiting),
+                    cfg.blocks - free,
+                )  # fmt: skip
             # 3. finished requests leave and free their blocks
             ended = generated[running] >= output[running]
             if ended.any():
@@ -272,13 +257,7 @@ class Engine:
             output_tokens=output,
             preemptions=preempt,
             itl_s=np.concatenate(itl) if itl else np.zeros(0),
-            step_end_s=np.concatenate(log_t),
-            step_s=np.concatenate(log_dt),
-            step_tokens=np.concatenate(log_tok),
-            step_prefill_tokens=np.concatenate(log_pre),
-            step_running=np.concatenate(log_run),
-            step_waiting=np.concatenate(log_wait),
-            step_blocks_used=np.concatenate(log_used),
+            **log.columns(),
             blocks=cfg.blocks,
             steps=steps,
             preempted=int(preempt.sum()),
@@ -335,3 +314,44 @@ class Engine:
         k = int(np.argmin(more <= free)) if not bool((more <= free).all()) else k
         used = self.cfg.blocks - free + more[:k]
         return self.cost.decode_steps_s(ctx, k), used
+
+
+LOG_COLUMNS = (
+    "step_end_s", "step_s", "step_tokens", "step_prefill_tokens", "step_running", "step_waiting",
+    "step_blocks_used",
+)  # fmt: skip
+
+
+class _Log:
+    """The per-step record: single steps kept as Python tuples until a stretch of many (arrays)
+    arrives, so that a step pays no array allocation."""
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[Any, ...]] = []
+        self._rows: list[tuple[Any, ...]] = []
+
+    def one(self, *row: Any) -> None:
+        self._rows.append(row)
+
+    def _flush(self) -> None:
+        import numpy as np
+
+        if self._rows:
+            self._chunks.append(tuple(np.array(col) for col in zip(*self._rows, strict=True)))
+            self._rows = []
+
+    def many(
+        self, ends: Any, times: Any, tokens: int, prefill: int, running: int, waiting: int, used: Any
+    ) -> None:
+        import numpy as np
+
+        self._flush()
+        k = len(ends)
+        self._chunks.append((ends, times, np.full(k, tokens), np.full(k, prefill), np.full(k, running),
+                             np.full(k, waiting), used))  # fmt: skip
+
+    def columns(self) -> dict[str, Any]:
+        import numpy as np
+
+        self._flush()
+        return {name: np.concatenate([c[i] for c in self._chunks]) for i, name in enumerate(LOG_COLUMNS)}
