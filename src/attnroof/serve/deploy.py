@@ -70,6 +70,10 @@ def pool(
 ) -> Pool:
     """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group; its steps
     forecast by ``calibration`` where one is given, else at their roofline bound."""
+    if plan is not None:
+        from attnroof.model.parallel import check_plan
+
+        check_plan(model, plan, 1)
     shard = None if plan is None or plan.single else plan.shard(0, model.layers)
     prec: Precision = options.prec
     max_len = config.max_model_len or model.max_positions or 131072

@@ -156,8 +156,16 @@ def _pools(job: Job) -> tuple[dict[str, Pool], Disaggregated | None]:
     assert job.decode_devices is not None
     pre_plan = Plan(tp=job.prefill_devices) if job.prefill_devices > 1 else None
     dec_plan = Plan(tp=job.decode_devices) if job.decode_devices > 1 else None
-    pre = pool(job.model, job.roof, cap, job.engine, plan=pre_plan, **kw)
-    dec = pool(job.model, job.roof, cap, job.engine, plan=dec_plan, **kw)
+    pools = {}
+    for name, flag, n, plan in (
+        ("prefill", "--prefill-devices", job.prefill_devices, pre_plan),
+        ("decode", "--decode-devices", job.decode_devices, dec_plan),
+    ):
+        try:
+            pools[name] = pool(job.model, job.roof, cap, job.engine, plan=plan, **kw)
+        except InputError as e:  # the pool is TP over its devices: say which flag set it
+            raise InputError(f"{flag} {n} (TP {n}): {e}") from None
+    pre, dec = pools["prefill"], pools["decode"]
     link = _transfer_link(job)
     from attnroof.model.memory import kv_cache_bytes_per_token
 
