@@ -346,3 +346,38 @@ def test_calibrated_steps_are_the_models_forecasts(tmp_path):
     assert lat["tpot"]["mean"] == pytest.approx(dec["predicted"]["time_s"], rel=1e-12)
     # the forecast is slower than the bound it sits above
     assert lat["ttft"]["mean"] > pre["totals"]["time_s"]
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [("--tp", "2", "--pp", "2"), ("--tp", "4")],
+)
+def test_one_request_on_a_plan_is_the_plans_step(plan: tuple[str, ...]):
+    """On a plan, one request's TTFT and TPOT are `model`'s estimate of that plan's prefill and
+    decode steps (collectives in series, the pipeline's stages one after another)."""
+    m = ("--model", "llama-3.1-70b", "--device", "h100", *plan)
+    pre = json.loads(run_cli("model", *m, "--phase", "prefill", "--context", "2048", "--json").stdout)
+    dec = json.loads(run_cli("model", *m, "--phase", "decode", "--context", "2049", "--json").stdout)
+    d = _json(*m, "--input-len", "2048", "--output-len", "2", "--num-requests", "1")
+    lat = d["summary"]["latency_s"]
+    assert lat["ttft"]["mean"] == pytest.approx(pre["totals"]["estimate_time_s"], rel=1e-12)
+    assert lat["tpot"]["mean"] == pytest.approx(dec["totals"]["estimate_time_s"], rel=1e-12)
+
+
+def test_experts_spread_over_ep():
+    m = ("--model", "gpt-oss-120b", "--device", "h100", "--tp", "4", "--ep", "4", "--etp", "1")
+    dec = json.loads(run_cli("model", *m, "--phase", "decode", "--context", "2049", "--json").stdout)
+    d = _json(*m, "--input-len", "2048", "--output-len", "2", "--num-requests", "1")
+    assert d["deployment"]["engine"]["ep"] == 4
+    assert d["summary"]["latency_s"]["tpot"]["mean"] == pytest.approx(
+        dec["totals"]["estimate_time_s"], rel=1e-12
+    )
+
+
+def test_pipeline_runs_its_stages_as_virtual_engines():
+    """PP 2: two engines, each with half the sequences and half the blocks; every request ends."""
+    d = _json(
+        "--model", "llama-3.1-70b", "--device", "h100", "--tp", "2", "--pp", "2", "--rate", "2",
+        "--input-len", "1024", "--output-len", "64", "--num-requests", "60",
+    )  # fmt: skip
+    assert d["summary"]["requests"] == 60 and d["deployment"]["engine"]["pp"] == 2

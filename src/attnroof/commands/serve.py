@@ -155,6 +155,23 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "--tp", type=positive_int, default=1, metavar="T", help="tensor-parallel degree (default 1)"
     )
     plan.add_argument(
+        "--pp", type=positive_int, default=1, metavar="P",
+        help="pipeline stages: P batches in flight, as vLLM's virtual engines (default 1)",
+    )  # fmt: skip
+    plan.add_argument(
+        "--ep",
+        type=positive_int,
+        default=1,
+        metavar="E",
+        help="expert-parallel degree, within the TP group (default 1)",
+    )
+    plan.add_argument(
+        "--etp",
+        type=positive_int,
+        metavar="N",
+        help="expert-tensor-parallel degree (default --tp; with --ep, usually 1)",
+    )
+    plan.add_argument(
         "--prefill-devices",
         type=positive_int,
         metavar="N",
@@ -242,6 +259,7 @@ def _run(args: argparse.Namespace) -> int:
             Precision(dt.itemsize, wdt.itemsize, kdt.itemsize, stored=not args.weight_dtype), fused=not args.unfused
         ),
         memory_utilization=args.gpu_memory_utilization, step_overhead_s=args.step_overhead, tp=args.tp,
+        pp=args.pp, ep=args.ep, etp=args.etp or 0,
         prefill_devices=args.prefill_devices, decode_devices=args.decode_devices, slo=slo,
         percentile=args.percentile, search=args.max_rate, price_per_device_hour=args.price_per_device_hour,
         calibration=load(args, dev, dt), impl=args.impl,

@@ -20,7 +20,7 @@ from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_token, me
 from attnroof.model.spec import ModelConfig
 from attnroof.roofline import Roof
 from attnroof.serve.engine import Engine, EngineConfig, Run, kv_blocks
-from attnroof.serve.step import StepCost, StepOptions
+from attnroof.serve.step import PipelineStepCost, StepCost, StepOptions
 from attnroof.serve.workload import Workload
 
 if TYPE_CHECKING:
@@ -38,11 +38,15 @@ class Pool:
     weights_bytes: float
     activation_bytes: float
     kv_bytes_per_token: float
+    virtual: int = 1
+    """Engines running at once: a pipeline's stages (vLLM's virtual engines)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "devices": self.devices,
             "tp": 1 if self.cost.plan is None else self.cost.plan.tp,
+            "pp": 1 if self.cost.plan is None else self.cost.plan.pp,
+            "ep": 1 if self.cost.plan is None else self.cost.plan.ep,
             "kv_blocks": self.config.blocks,
             "block_size": self.config.block_size,
             "kv_tokens": self.config.blocks * self.config.block_size,
@@ -70,43 +74,105 @@ def pool(
 ) -> Pool:
     """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group; its steps
     forecast by ``calibration`` where one is given, else at their roofline bound."""
+    from attnroof.model.parallel import stages as pipeline_stages
+
     if plan is not None:
         from attnroof.model.parallel import check_plan
 
         check_plan(model, plan, 1)
-    shard = None if plan is None or plan.single else plan.shard(0, model.layers)
     prec: Precision = options.prec
     max_len = config.max_model_len or model.max_positions or 131072
-    weights = memory(model, PREFILL, 1, 1, prec, None, shard=shard).weights_bytes
-    act = activation_bytes(
-        model, PREFILL, 1, config.max_num_batched_tokens, prec, fused=options.fused, shard=shard
-    )
-    per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize, shard)
-    free = memory_utilization * capacity_bytes - weights - act
-    blocks = kv_blocks(free, per_token, config.block_size) if free > 0 else 0
+    pp = 1 if plan is None else plan.pp
+    ranges = pipeline_stages(model.layers, pp)
+    # each stage's device: its layers' weights, activations and cache; the tightest sets the blocks
+    worst = None
+    for first, stop in ranges:
+        shard = None if plan is None or plan.single else plan.shard(first, stop)
+        weights = memory(model, PREFILL, 1, 1, prec, None, shard=shard).weights_bytes
+        act = activation_bytes(
+            model, PREFILL, 1, config.max_num_batched_tokens, prec, fused=options.fused, shard=shard
+        )
+        per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize, shard)
+        free = memory_utilization * capacity_bytes - weights - act
+        blocks = kv_blocks(free, per_token, config.block_size) if free > 0 else 0
+        if worst is None or blocks < worst[0]:
+            worst = (blocks, weights, act, per_token)
+    assert worst is not None
+    blocks, weights, act, per_token = worst
     if blocks < 1:
         raise InputError(
             f"{model.name}: weights ({weights / 1e9:.1f} GB) and activations ({act / 1e9:.2f} GB) leave no room "
             f"for a KV cache in {memory_utilization:g} of {capacity_bytes / 1e9:.0f} GB"
-            + ("" if plan is None else f" per device at --tp {plan.tp}"),
+            + ("" if plan is None or plan.single else f" per device of the plan ({plan.devices} devices)"),
             param="gpu_memory_utilization",
         )
     kw: dict[str, Any] = dict(
         max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs, max_context=max_len,
-        options=options, plan=plan, links=links, overhead_s=overhead_s,
+        options=options, plan=plan, links=links,
     )  # fmt: skip
-    if calibration is not None:
-        from attnroof.serve.forecast import ForecastStepCost
 
-        cost: StepCost = ForecastStepCost(model, roof, calibration=calibration, impl=impl, **kw)
-    else:
-        cost = StepCost(model, roof, **kw)
+    def stage(layers: tuple[int, int], overhead: float) -> StepCost:
+        if calibration is not None:
+            from attnroof.serve.forecast import ForecastStepCost
+
+            return ForecastStepCost(
+                model, roof, calibration=calibration, impl=impl, layers=layers, overhead_s=overhead, **kw
+            )
+        return StepCost(model, roof, layers=layers, overhead_s=overhead, **kw)
+
+    costs = [stage(r, overhead_s if i == 0 else 0.0) for i, r in enumerate(ranges)]
+    cost: Any = costs[0] if pp == 1 else PipelineStepCost(costs)
     devices = 1 if plan is None else plan.devices
-    return Pool(cost, replace(config, blocks=blocks, max_model_len=max_len), devices, weights, act, per_token)
+    return Pool(
+        cost, replace(config, blocks=blocks, max_model_len=max_len), devices, weights, act, per_token, pp
+    )
 
 
 def simulate(p: Pool, w: Workload) -> Run:
-    return Engine(p.cost, p.config).run(w)
+    """The pool's engine over ``w``. A pipeline of p stages runs p batches at once, as vLLM's
+    virtual engines do: p engines, each with 1/p of the sequences and of the KV blocks, the
+    requests dealt to them in turn, each step passing through every stage."""
+    if p.virtual == 1:
+        return Engine(p.cost, p.config).run(w)
+    v = p.virtual
+    cfg = replace(p.config, blocks=p.config.blocks // v, max_num_seqs=max(1, p.config.max_num_seqs // v))
+    used = [i for i in range(min(v, w.n))]  # fewer requests than engines: the rest stay idle
+    runs = [Engine(p.cost, cfg).run(_every(w, i, v)) for i in used]
+    return merge_runs(runs, [_indices(w.n, i, v) for i in used], w.n)
+
+
+def _indices(n: int, i: int, v: int) -> Any:
+    import numpy as np
+
+    return np.arange(i, n, v)
+
+
+def _every(w: Workload, i: int, v: int) -> Workload:
+    idx = _indices(w.n, i, v)
+    conc = 0 if not w.concurrency else max(1, -(-w.concurrency // v))
+    return Workload(w.arrival_s[idx], w.input_tokens[idx], w.output_tokens[idx], conc, w.rate, w.burstiness)
+
+
+def merge_runs(runs: list[Run], where: list[Any], n: int) -> Run:
+    """Runs of parts of one workload (``where``: each part's request indices), as one run."""
+    import numpy as np
+
+    def per_request(name: str) -> Any:
+        first = getattr(runs[0], name)
+        out = np.empty(n, dtype=first.dtype)
+        for r, idx in zip(runs, where, strict=True):
+            out[idx] = getattr(r, name)
+        return out
+
+    cols = ("step_end_s", "step_s", "step_tokens", "step_prefill_tokens", "step_running", "step_waiting",
+            "step_blocks_used")  # fmt: skip
+    return Run(
+        **{k: per_request(k) for k in ("arrival_s", "first_token_s", "finish_s", "input_tokens", "output_tokens",
+                                        "preemptions")},
+        itl_s=np.concatenate([r.itl_s for r in runs]),
+        **{c: np.concatenate([getattr(r, c) for r in runs]) for c in cols},
+        blocks=runs[0].blocks, steps=sum(r.steps for r in runs), preempted=sum(r.preempted for r in runs),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ class Job:
     memory_utilization: float = 0.9
     step_overhead_s: float = 0.0
     tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    etp: int = 0
     prefill_devices: int | None = None
     decode_devices: int | None = None
     slo: dict[str, float] = field(default_factory=dict)
@@ -151,7 +154,7 @@ def _pools(job: Job) -> tuple[dict[str, Pool], Disaggregated | None]:
     if cap is None:
         raise InputError(f"{job.device.name} has no memory capacity: give --capacity", param="capacity")
     if job.prefill_devices is None:
-        plan = Plan(tp=job.tp) if job.tp > 1 else None
+        plan = Plan(tp=job.tp, pp=job.pp, ep=job.ep, etp=job.etp) if job.tp * job.pp * job.ep > 1 else None
         return {"engine": pool(job.model, job.roof, cap, job.engine, plan=plan, **kw)}, None
     assert job.decode_devices is not None
     pre_plan = Plan(tp=job.prefill_devices) if job.prefill_devices > 1 else None

@@ -86,13 +86,16 @@ class StepCost:
         plan: Plan | None = None,
         links: Links | None = None,
         overhead_s: float = 0.0,
+        layers: tuple[int, int] | None = None,
     ) -> None:
         import numpy as np
 
         self.model, self.roof, self.overhead_s = model, roof, overhead_s
         self.options = o = options or StepOptions()
         self.plan = plan
-        shard = None if plan is None or plan.single else plan.shard(0, model.layers)
+        first, stop = layers or (0, model.layers)
+        self.last_stage = stop == model.layers
+        shard = None if plan is None or plan.single else plan.shard(first, stop)
         self.table = layer_table(model, shard)
         self.attention_rows = [r for r in self.table if rule(r).kind == ATTENTION]
         # index k holds a step of k tokens (k sequences); a step of none costs nothing
@@ -110,8 +113,10 @@ class StepCost:
                 token_s = token_s + _row_time(row, by_tokens, roof)
         if shard is not None:
             assert plan is not None and links is not None
-            token_s = token_s + _comm_time(model, plan, shard, by_tokens, links, head=False)
-            last_s = last_s + _comm_time(model, plan, shard, by_seqs, links, head=True)
+            token_s = token_s + _comm_time(
+                model, plan, shard, by_tokens, links, head=False, last=self.last_stage
+            )
+            last_s = last_s + _comm_time(model, plan, shard, by_seqs, links, head=True, last=self.last_stage)
         self.token_s = np.concatenate(([0.0], token_s + np.zeros(max_tokens)))
         self.last_s = np.concatenate(([0.0], last_s + np.zeros(max_seqs)))
         # decode attention, per sequence, by its cache length: each kernel's FLOPs and bytes
@@ -211,14 +216,38 @@ class StepCost:
         )
 
 
-def _comm_time(model: ModelConfig, plan: Plan, shard: Any, step: Step, links: Links, *, head: bool) -> Any:
+def _comm_time(
+    model: ModelConfig, plan: Plan, shard: Any, step: Step, links: Links, *, head: bool, last: bool
+) -> Any:
     """The plan's collectives over a step of ``step.batch`` tokens (or, ``head``, the logits of
     that many sequences), in series: Σ count × (α₀ + steps·α + bytes/β)."""
     total: Any = 0.0
-    for c in stage_comms(model, plan, shard, step, links, last=True):
+    for c in stage_comms(model, plan, shard, step, links, last=last):
         if (c.layer_kind == HEAD) == head:
             link = c.link
             total = total + c.count * c.comm.time_s(
                 link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s
             )
     return total
+
+
+class PipelineStepCost:
+    """A step through a pipeline of stages (``--pp``): each stage's device runs its layers (and
+    sends its activations on), one after another, so a step takes the sum of the stages'
+    times; the engine's overhead is paid once."""
+
+    def __init__(self, stages: list[StepCost]) -> None:
+        self.stages = stages
+        first = stages[0]
+        self.model, self.roof, self.options, self.plan = first.model, first.roof, first.options, first.plan
+        self.max_tokens, self.max_seqs, self.max_context = first.max_tokens, first.max_seqs, first.max_context
+        self.overhead_s = sum(s.overhead_s for s in stages)
+
+    def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
+        return sum(s.time_s(decode_contexts, chunk_queries, chunk_contexts) for s in self.stages)
+
+    def decode_steps_s(self, contexts: Any, steps: int) -> Any:
+        total: Any = 0.0
+        for s in self.stages:
+            total = total + s.decode_steps_s(contexts, steps)
+        return total

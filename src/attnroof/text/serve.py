@@ -19,8 +19,7 @@ def render(result: Any) -> str:
     out: list[str] = []
     pools = result.pools
     where = ", ".join(
-        f"{name}: {p.devices} × {j.device.name}" + (f" (TP {p.cost.plan.tp})" if p.cost.plan else "")
-        for name, p in pools.items()
+        f"{name}: {p.devices} × {j.device.name}" + _plan(p.cost.plan) for name, p in pools.items()
     )
     t = j.traffic
     if t.requests_text is not None:
@@ -128,3 +127,10 @@ def _search(r: Any) -> str:
         f"max rate: {r.rate:.3g} requests/s meets {limits} ({got}); capacity {r.capacity:.3g} requests/s "
         f"with every request at once; {len(r.tried)} simulation{'s' if len(r.tried) != 1 else ''}"
     )
+
+
+def _plan(plan: Any) -> str:
+    if plan is None:
+        return ""
+    parts = [f"{k} {v}" for k, v in (("TP", plan.tp), ("PP", plan.pp), ("EP", plan.ep)) if v > 1]
+    return f" ({' × '.join(parts)})" if parts else ""
