@@ -381,3 +381,11 @@ def test_pipeline_runs_its_stages_as_virtual_engines():
         "--input-len", "1024", "--output-len", "64", "--num-requests", "60",
     )  # fmt: skip
     assert d["summary"]["requests"] == 60 and d["deployment"]["engine"]["pp"] == 2
+
+
+def test_timeline_of_kv_and_preemptions():
+    d = _json("--model", "llama-3.1-8b", "--device", "h100", "--input-len", "2048", "--output-len", "256")
+    t, s = d["summary"]["timeline"], d["summary"]
+    assert len(t["end_s"]) == 100 and sum(t["preempted"]) == s["preemptions"] > 0
+    assert max(t["kv_share"]) == pytest.approx(s["kv_peak_share"]) and max(t["kv_share"]) <= 1
+    assert t["end_s"][-1] == pytest.approx(s["duration_s"])  # all arrive at 0: the span is the run's

@@ -165,7 +165,7 @@ def merge_runs(runs: list[Run], where: list[Any], n: int) -> Run:
         return out
 
     cols = ("step_end_s", "step_s", "step_tokens", "step_prefill_tokens", "step_running", "step_waiting",
-            "step_blocks_used")  # fmt: skip
+            "step_blocks_used", "step_preempted")  # fmt: skip
     return Run(
         **{k: per_request(k) for k in ("arrival_s", "first_token_s", "finish_s", "input_tokens", "output_tokens",
                                         "preemptions")},
@@ -232,7 +232,7 @@ def simulate_disaggregated(d: Disaggregated, w: Workload) -> Run:
         input_tokens=np.asarray(w.input_tokens), output_tokens=np.asarray(w.output_tokens),
         preemptions=first.preemptions, itl_s=np.concatenate(itl), step_end_s=log.step_end_s, step_s=log.step_s,
         step_tokens=log.step_tokens, step_prefill_tokens=log.step_prefill_tokens, step_running=log.step_running, step_waiting=log.step_waiting,
-        step_blocks_used=log.step_blocks_used, blocks=log.blocks, steps=first.steps + log.steps * go.any(),
+        step_blocks_used=log.step_blocks_used, step_preempted=log.step_preempted, blocks=log.blocks, steps=first.steps + log.steps * go.any(),
         preempted=first.preempted + (log.preempted if go.any() else 0),
         extra={"prefill_steps": first.steps, "transfer_s_mean": float((sent - ready).mean())},
     )  # fmt: skip

@@ -82,6 +82,8 @@ class Run:
     step_running: Any
     step_waiting: Any
     step_blocks_used: Any
+    step_preempted: Any
+    """Requests preempted at each step."""
     blocks: int
     steps: int = 0
     preempted: int = 0
@@ -163,10 +165,13 @@ class Engine:
             take = np.minimum(want, np.maximum(budget - before, 0))
             grow = np.where(take > 0, -(-(computed[running] + take) // bs) - held[running], 0)
             preempting = int(grow.sum()) > free
+            evicted = 0
             if preempting:  # out of blocks: vLLM's loop, preempting from the back
+                before_preempt = len(running)
                 running, take, budget, free = self._preempt(
                     running, budget, free, prompt, generated, computed, held, preempt, waiting
                 )
+                evicted = before_preempt - len(running)
             else:
                 held[running] += grow
                 free -= int(grow.sum())
@@ -234,7 +239,7 @@ class Engine:
                 last_token[emits] = now
                 log.one(
                     now, dt, int(take.sum()), int(take[~decoding_each].sum()), len(running), len(waiting),
-                    cfg.blocks - free,
+                    cfg.blocks - free, evicted,
                 )  # fmt: skip
             # 3. finished requests leave and free their blocks
             ended = generated[running] >= output[running]
@@ -318,7 +323,7 @@ class Engine:
 
 LOG_COLUMNS = (
     "step_end_s", "step_s", "step_tokens", "step_prefill_tokens", "step_running", "step_waiting",
-    "step_blocks_used",
+    "step_blocks_used", "step_preempted",
 )  # fmt: skip
 
 
@@ -348,7 +353,7 @@ class _Log:
         self._flush()
         k = len(ends)
         self._chunks.append((ends, times, np.full(k, tokens), np.full(k, prefill), np.full(k, running),
-                             np.full(k, waiting), used))  # fmt: skip
+                             np.full(k, waiting), used, np.zeros(k, dtype=np.int64)))  # fmt: skip
 
     def columns(self) -> dict[str, Any]:
         import numpy as np

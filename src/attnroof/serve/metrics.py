@@ -46,6 +46,9 @@ class Summary:
     Little's law says it equals ``mean_in_system``, which the engine's queues give."""
     offered_rate: float | None
     preemptions: int
+    timeline: dict[str, list[float]]
+    """Over the run in :data:`TIMELINE_POINTS` equal intervals: the KV blocks in use (share, the
+    interval's largest), sequences running and waiting (time-averaged) and preemptions."""
     steps: int
     kv_blocks: int
     kv_peak_share: float
@@ -67,6 +70,7 @@ class Summary:
             "little_rate_x_latency": self.little_rate_x_latency,
             "offered_rate_per_s": self.offered_rate,
             "preemptions": self.preemptions,
+            "timeline": self.timeline,
             "steps": self.steps,
             "kv_blocks": self.kv_blocks,
             "kv_peak_share": self.kv_peak_share,
@@ -135,12 +139,45 @@ def summarise(
         little_rate_x_latency=measured * float(r["e2e"].mean()),
         offered_rate=rate,
         preemptions=run.preempted,
+        timeline=timeline(run),
         steps=run.steps,
         kv_blocks=run.blocks,
         kv_peak_share=float(used.max()) if len(used) else 0.0,
         kv_mean_share=float((used * widths).sum() / busy) if len(used) else 0.0,
         mean_running=float((run.step_running * widths).sum() / busy) if len(used) else 0.0,
     )
+
+
+TIMELINE_POINTS = 100
+
+
+def timeline(run: Run, points: int = TIMELINE_POINTS) -> dict[str, list[float]]:
+    """The step log in ``points`` equal intervals of the run (fewer for a run of fewer steps)."""
+    import numpy as np
+
+    ends = run.step_end_s
+    if not len(ends):
+        return {k: [] for k in ("end_s", "kv_share", "running", "waiting", "preempted")}
+    order = np.argsort(ends, kind="stable")  # merged runs (virtual engines) interleave in time
+    ends, dt = ends[order], run.step_s[order]
+    edges = np.linspace(float(ends.min()) - float(dt[0]), float(ends.max()), min(points, len(ends)) + 1)
+    which = np.clip(np.searchsorted(edges, ends, side="left") - 1, 0, len(edges) - 2)
+    n = len(edges) - 1
+    width = np.bincount(which, weights=dt, minlength=n)
+    safe = np.where(width > 0, width, 1.0)
+
+    def average(col: Any) -> list[float]:
+        return (np.bincount(which, weights=col[order] * dt, minlength=n) / safe).tolist()
+
+    peak = np.zeros(n)
+    np.maximum.at(peak, which, run.step_blocks_used[order] / run.blocks)
+    return {
+        "end_s": edges[1:].tolist(),
+        "kv_share": peak.tolist(),
+        "running": average(run.step_running),
+        "waiting": average(run.step_waiting),
+        "preempted": np.bincount(which, weights=run.step_preempted[order], minlength=n).tolist(),
+    }
 
 
 def _stats(values: Any) -> dict[str, float]:
