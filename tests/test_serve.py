@@ -389,3 +389,25 @@ def test_timeline_of_kv_and_preemptions():
     assert len(t["end_s"]) == 100 and sum(t["preempted"]) == s["preemptions"] > 0
     assert max(t["kv_share"]) == pytest.approx(s["kv_peak_share"]) and max(t["kv_share"]) <= 1
     assert t["end_s"][-1] == pytest.approx(s["duration_s"])  # all arrive at 0: the span is the run's
+
+
+def test_decode_queries_is_a_chunk_worked_by_hand():
+    """`decode -q 5`: five new tokens after 8,187 cached, Llama-3.1-8B's heads (32 on 8 KV
+    heads, d = 128) on an H100. Scores a head: 5·8187 + ⌈5²/2⌉ = 40,948; FLOPs 517 a score."""
+    r = run_cli("decode", "-s", "8192", "-q", "5", "-d", "128", "--heads", "32", "--group", "4",
+                "--device", "h100", "--json")  # fmt: skip
+    d = json.loads(r.stdout)
+    assert d["flops"] == 32 * 40_948 * 517
+    # fused bytes: Q and O 32·5·128, K and V 8·8192·128, 2 bytes each
+    assert d["fused"]["bytes"] == 2 * (2 * 32 * 5 * 128 + 2 * 8 * 8192 * 128)
+    # the chunk length where it turns compute-bound after the same 8,187 cached tokens, by hand
+    p, ridge = 8187, 989.4e12 / 3.35e12
+
+    def intensity(q: int) -> float:
+        return 32 * 517 * (q * p + -(-(q * q) // 2)) / (2 * (2 * 32 * q * 128 + 2 * 8 * (p + q) * 128))
+
+    q_min = next(q for q in range(1, 1000) if intensity(q) >= ridge)
+    assert d["crossover_queries"]["fused"]["s_min"] == q_min == 77
+    assert d["crossover_queries"]["unfused"]["never"]
+    # as the cache grows, 5 queries × 4 heads a KV head: 4 · 5 · 517 / (2 · 2 · 128) FLOP/byte
+    assert d["fused_intensity_as_cache_grows"] == pytest.approx(4 * 5 * 517 / (2 * 2 * 128))

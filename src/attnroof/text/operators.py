@@ -42,6 +42,25 @@ def comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
     return "\n".join(lines)
 
 
+def chunk_crossover_text(crosses: Mapping[str, Crossover], past: int, q: int, tends: Any) -> str:
+    """Where a chunk after ``past`` cached tokens turns compute-bound as it grows, and what its
+    fused intensity tends to as the cache grows under a chunk of ``q``."""
+    lines = []
+    for label, c in crosses.items():
+        if c.never or c.s_min is None:
+            lines.append(f"{label}: no chunk after {past} cached tokens is compute-bound")
+        else:
+            lines.append(
+                f"{label}: compute-bound from a chunk of q = {c.s_min} after {past} cached tokens "
+                f"(threshold {render.exact(c.exact or '', 5)})"
+            )
+    lines.append(
+        f"fused, {q} queries as the cache grows: intensity tends to {render.num(float(tends))} FLOP/byte "
+        f"= {tends} (each cached K and V read once for all {q} queries of every head of the group)"
+    )
+    return "\n".join(lines)
+
+
 def latent_text(title: str, cmp: Comparison, dev_line: str, crosses: Mapping[str, Crossover]) -> str:
     """Naive (decompressed K and V) against absorbed latent attention: the same attention, the
     up-projections run on the cache or folded into the query and output."""
