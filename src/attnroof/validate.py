@@ -38,6 +38,11 @@ def _array_ok(value: Any, *, strict: bool) -> bool:
 
 
 def _check(name: str, value: Any, *, whole: bool, strict: bool, expected: str) -> Any:
+    kind = type(value)
+    if kind is int:  # the common case, by far: a plain Python int (bool is its own type)
+        if value > 0 or (value == 0 and not strict):
+            return value
+        raise InputError(f"{name} must be {expected}, got {value!r}")
     if isinstance(value, (bool, str, bytes)):
         raise InputError(f"{name} must be {expected}, got {value!r}")
     if _plain(value):
