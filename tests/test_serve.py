@@ -411,3 +411,17 @@ def test_decode_queries_is_a_chunk_worked_by_hand():
     assert d["crossover_queries"]["unfused"]["never"]
     # as the cache grows, 5 queries × 4 heads a KV head: 4 · 5 · 517 / (2 · 2 · 128) FLOP/byte
     assert d["fused_intensity_as_cache_grows"] == pytest.approx(4 * 5 * 517 / (2 * 2 * 128))
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gpt-oss-20b", "mixtral-8x7b", "gemma-2-9b"])
+def test_batched_steps_are_the_models_on_every_architecture(name: str):
+    """Latent attention reads W_UK and W_UV once a kernel, not once a sequence; windows, experts
+    and soft-capping ride along: eight decoding sequences are the model's decode step at batch 8,
+    two whole prompts its prefill at batch 2."""
+    m = builtin(name)
+    roof = Roof.of(get_device("h200"), "bf16")
+    c = StepCost(m, roof, max_tokens=8192, max_seqs=64, max_context=8192)
+    dec = analyse(m, "decode", 8, 3000, roof).totals.time_s
+    pre = analyse(m, "prefill", 2, 2000, roof).totals.time_s
+    assert c.time_s(np.full(8, 3000), NONE, NONE) == pytest.approx(dec, rel=1e-12)
+    assert c.time_s(NONE, np.full(2, 2000), np.full(2, 2000)) == pytest.approx(pre, rel=1e-12)

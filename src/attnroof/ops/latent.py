@@ -92,7 +92,7 @@ def latent_attention(
             fused=fused, itemsize=a, kv_itemsize=a, d_v=v, batch=batch, kv_heads=H,
             softmax_flops_per_element=softmax_flops_per_element,
         )  # fmt: skip
-        if s_q == 1 and not causal:
+        if not causal and s_q == 1:
             heads_part = decode(s_kv, n + rho, **kw)
         elif causal:  # the last s_q queries: prefill is the chunk of all s_kv
             heads_part = chunk(s_q, s_kv, n + rho, window=window, **kw)

@@ -122,23 +122,38 @@ class StepCost:
         # decode attention, per sequence, by its cache length: each kernel's FLOPs and bytes
         contexts = np.arange(max_context + 1, dtype=np.int64)
         contexts[0] = 1  # context 0 never runs; keep the formulas' arguments positive
-        at = o.step(DECODE, 1, contexts)
-        self._decode = [
-            (
-                row.count,
-                [(np.asarray(s.flops, float), np.asarray(s.bytes, float)) for s in rule(row).cost(row, at)],
-            )
-            for row in self.attention_rows
-        ]
+        self._decode = [self._split(row, DECODE, contexts) for row in self.attention_rows]
         # a whole prompt as one chunk (nothing cached before it), by its length
         fresh = np.arange(max_tokens + 1, dtype=np.int64)
         fresh[0] = 1
-        whole = o.step(CHUNK, 1, fresh, fresh)
-        self._fresh = [
-            [(np.asarray(s.flops, float), np.asarray(s.bytes, float)) for s in rule(row).cost(row, whole)]
-            for row in self.attention_rows
-        ]
+        self._fresh = [self._split(row, CHUNK, fresh, fresh) for row in self.attention_rows]
         self.max_tokens, self.max_seqs, self.max_context = max_tokens, max_seqs, max_context
+
+    def _split(self, row: OpInstance, phase: str, contexts: Any, queries: Any = 1) -> list[tuple[Any, ...]]:
+        """Each kernel of ``row`` over sequences at ``contexts`` (and ``queries``), split into what
+        one launch pays once — the weights latent attention reads inside the kernel — and what
+        each sequence adds: cost(batch 2) − cost(batch 1) a sequence, 2·cost(1) − cost(2) once
+        (exact, every formula being affine in its batch). A kernel over n sequences costs its
+        once-part plus the n sequences' parts. Per stage: (F a sequence, bytes a sequence,
+        F once, bytes once), the first two arrays over ``contexts``."""
+        import numpy as np
+
+        one = rule(row).cost(row, self.options.step(phase, 1, contexts, queries))
+        two = rule(row).cost(row, self.options.step(phase, 2, contexts, queries))
+        shape = np.shape(contexts)
+        out = []
+        for s1, s2 in zip(one, two, strict=True):
+            f1, b1 = (
+                np.broadcast_to(np.asarray(s1.flops, float), shape),
+                np.broadcast_to(np.asarray(s1.bytes, float), shape),
+            )
+            f2, b2 = (
+                np.broadcast_to(np.asarray(s2.flops, float), shape),
+                np.broadcast_to(np.asarray(s2.bytes, float), shape),
+            )
+            once_f, once_b = 2 * f1 - f2, 2 * b1 - b2
+            out.append((f2 - f1, b2 - b1, float(once_f.flat[0]), float(once_b.flat[0])))
+        return out
 
     def _kernels(self, parts: list[tuple[int, list[tuple[Any, Any]]]]) -> Any:
         """Σ over rows of count × Σ over its kernels of max(F/P, bytes/B); numbers or arrays."""
@@ -160,10 +175,16 @@ class StepCost:
 
             at = contexts[:, None] + np.arange(steps)[None, :]
             return self._kernels(
-                [(n, [(f[at].sum(axis=0), b[at].sum(axis=0)) for f, b in st]) for n, st in self._decode]
+                [
+                    (row.count, [(of + f[at].sum(axis=0), ob + b[at].sum(axis=0)) for f, b, of, ob in st])
+                    for row, st in zip(self.attention_rows, self._decode, strict=True)
+                ]
             )
         return self._kernels(
-            [(n, [(f[contexts].sum(), b[contexts].sum()) for f, b in st]) for n, st in self._decode]
+            [
+                (row.count, [(of + f[contexts].sum(), ob + b[contexts].sum()) for f, b, of, ob in st])
+                for row, st in zip(self.attention_rows, self._decode, strict=True)
+            ]
         )
 
     def decode_steps_s(self, contexts: Any, steps: int) -> Any:
@@ -184,18 +205,17 @@ class StepCost:
         if len(queries) == 0:
             return 0.0
         whole = queries == contexts  # whole prompts, from the table; the rest by the formula
-        sums = [[(f[queries[whole]].sum(), b[queries[whole]].sum()) for f, b in st] for st in self._fresh]
-        if not whole.all():
-            at = self.options.step(CHUNK, 1, contexts[~whole], queries[~whole])
-            for row_sums, row in zip(sums, self.attention_rows, strict=True):
-                stages = rule(row).cost(row, at)
-                row_sums[:] = [
-                    (f + s.flops.sum(), b + s.bytes.sum()) for (f, b), s in zip(row_sums, stages, strict=True)
-                ]
-        parts = [
-            (row.count, [(float(f), float(b)) for f, b in st])
-            for row, st in zip(self.attention_rows, sums, strict=True)
-        ]
+        rest = None if whole.all() else ~whole
+        parts = []
+        for row, table in zip(self.attention_rows, self._fresh, strict=True):
+            sums = [[of, ob, f[queries[whole]].sum(), b[queries[whole]].sum()] for f, b, of, ob in table]
+            if rest is not None:
+                for acc, (f, b, _, _) in zip(
+                    sums, self._split(row, CHUNK, contexts[rest], queries[rest]), strict=True
+                ):
+                    acc[2] += f.sum()
+                    acc[3] += b.sum()
+            parts.append((row.count, [(float(of + f), float(ob + b)) for of, ob, f, b in sums]))
         return self._kernels(parts)
 
     def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
