@@ -53,6 +53,7 @@ COMMANDS = [
     "footprint",
     "model",
     "plan",
+    "serve-sim",
     "devices",
     "measure ceilings",
     "measure attention",
@@ -338,6 +339,39 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
             out += ["--where", draw(st.sampled_from(["tp<=2", "pp=1", "zero>=1", "recompute!=full", "dp>1"]))]
         return [*out, "--top", draw(st.sampled_from(["1", "3"])),
                 "--device", draw(st.sampled_from(["h100", "h200", "b200"])), *_json(draw)]  # fmt: skip
+    if command == "serve-sim":  # short runs: a few requests, now and then a plan, an SLO search or a price
+        out = ["serve-sim", "--model", draw(st.sampled_from(["llama-3.1-8b", "gpt-oss-20b", "qwen2.5-7b"]))]
+        out += ["--num-requests", draw(st.sampled_from(["1", "7", "40"]))]
+        out += [
+            "--input-len",
+            draw(st.sampled_from(["1", "100", "2k"])),
+            "--output-len",
+            draw(st.sampled_from(["1", "16", "64"])),
+        ]
+        load = draw(st.sampled_from(["rate", "inf", "closed", "search"]))
+        if load == "rate":
+            out += [
+                "--rate",
+                draw(st.sampled_from(["0.5", "5", "50"])),
+                "--burstiness",
+                draw(st.sampled_from(["0.5", "1", "3"])),
+            ]
+        elif load == "closed":
+            out += ["--concurrency", draw(st.sampled_from(["1", "4"]))]
+        elif load == "search":
+            out += ["--max-rate", "--slo-ttft", draw(st.sampled_from(["100ms", "2s"])), "--slo-tpot", "50ms"]
+        if draw(st.booleans()):
+            out += ["--tp", draw(st.sampled_from(["2", "4"]))]
+        if draw(st.booleans()):
+            out += [
+                "--max-num-seqs",
+                draw(st.sampled_from(["1", "8"])),
+                "--block-size",
+                draw(st.sampled_from(["16", "32"])),
+            ]
+        if draw(st.booleans()):
+            out += ["--price-per-device-hour", "2.5"]
+        return [*out, "--device", draw(st.sampled_from(["h100", "h200", "b200"])), *_json(draw)]  # fmt: skip
     if command == "devices":
         name = (
             [draw(st.sampled_from(ALIASES[draw(st.sampled_from(sorted(DEVICES)))]))]

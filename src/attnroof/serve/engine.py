@@ -144,7 +144,7 @@ class Engine:
         waiting: deque[int] = deque()
         order = np.argsort(arrival, kind="stable") if not closed else np.arange(n)
         nxt = 0  # the next request (in arrival order) not yet queued
-        released = w.concurrency if closed else n
+        released = min(w.concurrency, n) if closed else n
         now = 0.0
         done = steps = 0
         bs, max_seqs = cfg.block_size, cfg.max_num_seqs
