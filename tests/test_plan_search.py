@@ -144,3 +144,36 @@ def test_workers_must_be_a_whole_number():
     r = run_cli("plan", *L70, "--devices", "64", "--phase", "train", "--global-batch", "4M", "--context", "8192",
                 env={"ATTNROOF_WORKERS": "two"})  # fmt: skip
     assert_one_line_error(r, "ATTNROOF_WORKERS")
+
+
+def test_plan_searches_expert_tensor_parallelism_and_carries_the_imbalance():
+    """Mixtral on 8 H100s: the search tries each expert cut as its TP (ETP = TP: EP divides the
+    replicas) and each expert whole (ETP 1: EP divides TP × the replicas, so EP 8 at DP 1); a plan
+    with EP > 1 carries --expert-imbalance (at most its EP), and carrying it costs time."""
+    argv = ["plan", "--model", "mixtral-8x7b", "--device", "h100", "--devices", "8", "--phase", "prefill",
+            "--context", "4096", "--batch", "8", "--json"]  # fmt: skip
+    plain = run_cli(*argv).json()
+    plans = [p["parallel"] for p in plain["plans"]]
+    assert any(p["etp"] == 1 and p["ep"] == 8 and p["dp"] == 1 and p["tp"] == 8 for p in plans)
+    assert any(p["etp"] == p["tp"] > 1 and p["ep"] > 1 for p in plans)
+    assert all(p["ep"] <= p["tp"] * p["dp"] * p["cp"] for p in plans)
+    skewed = run_cli(*argv, "--expert-imbalance", "1.5").json()
+    by_plan = {json.dumps(p["parallel"] | {"expert_imbalance": 0}, sort_keys=True): p for p in plain["plans"]}
+    moved = 0
+    for p in skewed["plans"]:
+        f = p["parallel"]["expert_imbalance"]
+        assert f == (min(1.5, p["parallel"]["ep"]) if p["parallel"]["ep"] > 1 else 1.0)
+        twin = by_plan.get(json.dumps(p["parallel"] | {"expert_imbalance": 0}, sort_keys=True))
+        if twin is not None and f > 1:
+            assert p["time_s"] >= twin["time_s"]
+            moved += p["time_s"] > twin["time_s"]
+    assert moved > 0
+
+
+def test_plan_expert_imbalance_refused_in_one_line():
+    for bad, words in ((["--model", "mixtral-8x7b", "--expert-imbalance", "0.5"], "≥ 1"),
+                       (["--model", "llama-3.1-8b", "--expert-imbalance", "2"], "no experts")):  # fmt: skip
+        r = run_cli(
+            "plan", *bad, "--device", "h100", "--devices", "8", "--phase", "prefill", "--context", "4096"
+        )
+        assert_one_line_error(r, words)

@@ -4,6 +4,7 @@ that fit (:mod:`attnroof.model.search`)."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from attnroof.commands._common import (
@@ -62,6 +63,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="keep plans where COND holds, e.g. tp<=8, pp=1, zero>=1, recompute!=full (repeatable)",
     )
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
+    p.add_argument(
+        "--expert-imbalance", type=float, default=1.0, metavar="F",
+        help="mixture of experts: the busiest expert-parallel device's routed tokens over the mean, for every "
+        "plan with EP > 1 (at most its EP; default 1 = uniform routing)",
+    )  # fmt: skip
     add_link_args(p.add_argument_group("links"))
     add_device_args(p)
     add_json_arg(p)
@@ -84,7 +90,7 @@ def batch_of(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from attnroof.model.layers import Precision
-    from attnroof.model.search import Option, parse_where, search
+    from attnroof.model.search import Choices, Option, parse_where, search
     from attnroof.model.spread import Spread, spread
     from attnroof.model.train_spread import step_totals, train_plan_memory, train_spread
     from attnroof.model.training_memory import TrainPrecision
@@ -113,6 +119,14 @@ def _run(args: argparse.Namespace) -> int:
     def totals(s: Spread) -> dict[str, Any]:
         return step_totals(s, model, args.context, roof.peak_flops_per_s)
 
+    require(
+        args.expert_imbalance >= 1 and math.isfinite(args.expert_imbalance),
+        f"--expert-imbalance {args.expert_imbalance} must be ≥ 1 (1: uniform routing)",
+    )
+    require(
+        args.expert_imbalance == 1 or model.experts is not None,
+        f"--expert-imbalance: {model.name} has no experts",
+    )
     found = search(
         model,
         args.phase,
@@ -122,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         totals,
         dev.capacity_bytes,
         where,
+        Choices(expert_imbalance=args.expert_imbalance),
         context=args.context,
         memory=memory if train else None,
     )

@@ -9,7 +9,10 @@ For a device count n dividing N, the search takes every split n = TP × CP × PP
          context into 2·CP equal chunks
     PP   is at most the layers
     DP   divides the batch (training: ``--global-batch`` tokens / context sequences)
-    EP   (mixture of experts) divides both DP × CP and the experts
+    EP   (mixture of experts) divides the experts and, each expert cut as its TP (ETP = TP,
+         Megatron's default), DP × CP; or, each expert whole on a device (ETP 1, what large MoE
+         runs use), TP × DP × CP; a plan with EP > 1 carries ``--expert-imbalance`` F (at most
+         its EP: the busiest device takes at most every token)
     M    micro-batches per replica: every divisor of the replica's batch (prefill and training)
     the pipeline's schedule: 1F1B; interleaved with 2 or 4 chunks a device; ZB-H1 (training),
          each where Megatron's rules allow it (:mod:`attnroof.model.schedules`)
@@ -71,6 +74,7 @@ NOT_FIT = "does not fit in memory"
 NOT_SCHEDULE = "the pipeline schedule's rules (micro-batches, layer chunks) do not hold"
 NOT_CP = "CP cannot run this step (decode, windowed or latent attention)"
 NOT_CONTEXT = "the context does not cut into 2·CP chunks"
+NOT_EXPERT_WIDTH = "ETP does not divide the expert width"
 FILTERED = "left out by --where"
 
 
@@ -90,6 +94,7 @@ class Option:
             "cp": p.cp,
             "dp": p.dp,
             "ep": p.ep,
+            "etp": p.expert_tp,
             "devices": p.devices,
             "microbatches": p.microbatches,
             "virtual_stages": p.virtual_stages,
@@ -192,6 +197,7 @@ class Choices:
     schedules: tuple[str, ...] | None = None
     sp: bool | None = None
     overlap: bool = True
+    expert_imbalance: float = 1.0
 
 
 VIRTUAL_STAGES = (2, 4)
@@ -256,7 +262,6 @@ def options(
     are counted in ``rejected``."""
     train = phase == TRAIN
     c = choices
-    experts = model.experts.experts if model.experts is not None else 1
     for n in [devices] if exact else divisors(devices):
         for tp in divisors(n):
             if c.tps is not None and tp not in c.tps:
@@ -274,16 +279,36 @@ def options(
                     if batch % dp:
                         rejected[NOT_BATCH] += 1
                         continue
-                    for ep in (e for e in divisors(dp * cp) if experts % e == 0 and (e == 1 or experts > 1)):
+                    for etp, ep in _expert_splits(model, tp, dp * cp, rejected):
+                        f = min(c.expert_imbalance, ep) if ep > 1 else 1.0
                         for m in divisors(batch // dp) if phase != "decode" or pp > 1 else [1]:
                             for name, v in _pipelines(model, pp, m, train, c.schedules, rejected):
                                 for zero in (c.zeros or ZERO_STAGES) if train and dp * cp > 1 else (0,):
                                     plan = Plan(
-                                        tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=m,
-                                        overlap=c.overlap, zero=zero, cp=cp, schedule=name, virtual_stages=v,
+                                        tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=m, overlap=c.overlap,
+                                        zero=zero, cp=cp, schedule=name, virtual_stages=v, etp=etp,
+                                        expert_imbalance=f,
                                     )  # fmt: skip
                                     for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
                                         yield Option(plan, r)
+
+
+def _expert_splits(
+    model: ModelConfig, tp: int, replicas: int, rejected: Counter[str]
+) -> Iterator[tuple[int, int]]:
+    """(ETP, EP) pairs of a mixture of experts on TP × ``replicas`` devices: ETP = TP (0, the
+    default) with EP dividing the replicas, and, when TP > 1, ETP 1 with EP dividing TP × the
+    replicas; EP always divides the experts. A dense model: (0, 1)."""
+    if model.experts is None:
+        yield 0, 1
+        return
+    experts, width = model.experts.experts, model.experts.width
+    if width % tp:
+        rejected[NOT_EXPERT_WIDTH] += 1
+    else:
+        yield from ((0, e) for e in divisors(replicas) if experts % e == 0)
+    if tp > 1:
+        yield from ((1, e) for e in divisors(tp * replicas) if experts % e == 0)
 
 
 Where = Callable[[Option], bool]
