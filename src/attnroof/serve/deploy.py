@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from attnroof.errors import InputError
+from attnroof.ops.collectives import send_recv
 from attnroof.model.layers import PREFILL, Precision
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_token, memory
 from attnroof.model.spec import ModelConfig
@@ -186,13 +187,8 @@ class Disaggregated:
     """The whole model's, as it crosses: every layer's K and V of each prompt token."""
 
     def transfer_s(self, tokens: Any) -> Any:
-        """A prompt's cache over the link: α₀ + α + bytes/β (one send)."""
-        link = self.link
-        return (
-            link.base_latency_s
-            + link.latency_s
-            + tokens * self.kv_bytes_per_token / link.bandwidth_bytes_per_s
-        )
+        """A prompt's cache over the link: one send of its bytes, α₀ + α + bytes/β."""
+        return send_recv(tokens * self.kv_bytes_per_token).on(self.link)
 
 
 def simulate_disaggregated(d: Disaggregated, w: Workload) -> Run:
