@@ -242,11 +242,13 @@ PACKAGE_RANKS = [
 
 MODEL_RANKS = [
     {"fields", "train_options", "schedules"},
-    {"architectures", "unmodelled"},
+    {"architectures", "unmodelled", "hybrid"},
     {"spec"},  # the config's shapes
     {"hf_config", "hub"},  # reading a config, finding its file
+    {"hybrid_config"},  # a hybrid's config (issue 23): its family's fields, then the base reader
     {"config"},  # a model by name, path or repository
     {"rows", "shard"},  # a layer's rows; a row cut for one device
+    {"hybrid_rows"},  # a hybrid's layer rows (issue 23)
     {"layers", "parallel"},  # the layer table; plans and their groups
     {"costs", "memory", "notes"},  # a step's operators and memory
     {"analysis", "grid"},  # a step on a roof

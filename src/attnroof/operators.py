@@ -694,7 +694,7 @@ def _bind_chunked(i: OpInstance, st: Step) -> Call:
     """Prefill: causal attention within each chunk; decode: the current chunk's keys only
     (the ``decode`` formulas over :func:`~attnroof.ops.chunked.chunk_position` keys)."""
     kw = _attention_kwargs(i, st)
-    d, c = i.shape["head_dim"], i.shape["chunk"]
+    d, c = i.shape["head_dim"], i.shape["attention_chunk"]
     if st.phase == PREFILL:
         return Call((st.context, d), {**kw, "chunk": c})
     return Call((chunked.chunk_position(st.context, c), d), kw, via="decode")
@@ -708,7 +708,7 @@ def _saved_chunked(i: OpInstance, s: Saving) -> Num:
         return qkv
     if s.fused:
         return qkv + s.batch * s.context * heads * FP32_BYTES
-    return qkv + s.batch * heads * chunked.chunk_scores(s.context, i.shape["chunk"]) * s.itemsize
+    return qkv + s.batch * heads * chunked.chunk_scores(s.context, i.shape["attention_chunk"]) * s.itemsize
 
 
 register(

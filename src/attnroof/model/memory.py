@@ -80,7 +80,7 @@ def kv_cache_bytes_per_sequence(
     model: ModelConfig, context: Num, kv_itemsize: float, shard: Shard | None = None
 ) -> Num:
     """Bytes of one sequence's KV cache at ``context`` tokens: each attention instance keeps its
-    own cached tokens (all of them, or its window).
+    own cached tokens (all of them, or its window), and each recurrent mixer its fixed state.
 
     >>> from attnroof.model.config import builtin
     >>> kv_cache_bytes_per_sequence(builtin("mistral-7b"), 32768, 2)   # 32 × 2 × 8 × 128 × 2 × 4096
@@ -90,6 +90,8 @@ def kv_cache_bytes_per_sequence(
     for i in layer_table(model, shard):
         if i.kv_elements_per_token:
             total = total + i.count * i.kv_elements_per_token * i.cached_tokens(context)
+        if i.state_elements:  # a recurrent mixer's fixed state (issue 23), in the cache's dtype
+            total = total + i.count * i.state_elements
     return total * kv_itemsize
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
+from attnroof.model.hybrid import Mixers
 
 QK_NORM_HEAD = "head"
 """QK-norm per head (Qwen3, Gemma 3): an RMSNorm over each query and key head, one head_dim
@@ -67,6 +68,9 @@ class ModelConfig:
     attn_softcap: float | None = None
     """Gemma 2's cap on attention logits: cap·tanh(score/cap), three more FLOPs per score."""
     final_softcap: float | None = None
+    mixers: Mixers | None = None
+    """A hybrid's linear-attention, state-space, sparse or chunked mixers (issue 23); None: every
+    layer's mixer is softmax attention."""
     stored_weights: str | None = None
     """The checkpoint's own weight format when it is not the compute dtype (``quantization_config``:
     DeepSeek-V3's fp8 blocks, gpt-oss's MXFP4 experts); analysed in ``--weight-dtype``, said in a note."""
@@ -151,4 +155,6 @@ class ModelConfig:
             out["attention_logit_softcap"] = self.attn_softcap
         if self.final_softcap is not None:
             out["final_logit_softcap"] = self.final_softcap
+        if self.mixers is not None:
+            out["mixers"] = self.mixers.to_json()
         return out
