@@ -42,7 +42,7 @@ def test_gated_delta_rule_by_hand():
     conv = 2 * 1 * dk + H * dv  # 24 channels
     assert table(c) == [
         ("conv1d", 2 * 4 * conv * s, 2 * s * conv * B + 4 * conv * B),  # 24576, 12480
-        ("KKᵀ", H * s * 2 * C * dk, k + gates + big_a),  # 131072
+        ("KKᵀ", H * s * 2 * C * dk, k + gates + 2 * H * B + big_a),  # 131072; A and dt bias per head
         ("(I + A)⁻¹", H * 2 * (64 * 63 * 62 // 3), big_a + inv),  # 2 heads · 2 chunks · 83328
         ("w, u", H * s * 2 * C * (dk + dv), inv + k + v + gates + w + u),  # 393216
         ("state pass", H * s * 4 * dk * dv, k + w + u + gates + h + v_new + state),  # 32768
@@ -62,7 +62,7 @@ def test_gated_delta_step_by_hand():
     state = 2 * 4 * 8 * B  # 128
     assert (step.flops, step.bytes) == (
         2 * (7 * 32 + 2 * 8),
-        (2 * 2 * 4 + 2 * 8 + 2 * 2) * B + 2 * state + 2 * 8 * B,
+        (2 * 2 * 4 + 2 * 8 + 2 * 2 + 2 * 2) * B + 2 * state + 2 * 8 * B,  # q, k; v; g, β; A, dt bias; o
     )
     # the conv: 24 channels × 4 taps; its state, 3 × 24 inputs, read and written
     assert (conv.flops, conv.bytes) == (2 * 4 * 24, (24 + 3 * 24 + 4 * 24 + 24 + 3 * 24) * B)
@@ -82,7 +82,7 @@ def test_ssd_by_hand():
     conv = H * P + 2 * G * N  # 24 channels
     assert table(c) == [
         ("conv1d", 2 * 4 * conv * s, 2 * s * conv * B + 4 * conv * B),
-        ("chunk state", H * s * 2 * N * P, x + b_ + dt + st32),  # 32768
+        ("chunk state", H * s * 2 * N * P, x + b_ + dt + 3 * H * B + st32),  # 32768; A, D, dt bias
         ("state passing", H * 2 * 2 * N * P, st32 + st + final),  # 256
         ("C·Bᵀ", G * s * 2 * L * N, c_ + b_ + cb),  # 524288
         ("output", H * s * 2 * (N * P + L * P), cb + x + c_ + st + dt + y),  # 557056
@@ -95,18 +95,21 @@ def test_ssd_by_hand():
 def test_ssd_step_by_hand():
     c = ssd_step(heads=2, head_dim=4, state=8, groups=1)
     state = 2 * 4 * 8 * B  # 128
-    reads = (2 * 4 + 2 * 8 + 2) * B + state  # x, B and C, dt, the state
+    reads = (2 * 4 + 2 * 8 + 2 + 3 * 2) * B + state  # x, B and C, dt, A, D, dt bias, the state
     assert (c.stages[1].flops, c.stages[1].bytes) == (5 * 2 * 8 * 4, reads + 2 * 4 * B + state)
 
 
 def test_selective_scan_by_hand():
     # s = 64, D = 8 channels, N = 4
     c = selective_scan(64, channels=8, state=4)
-    reads = 3 * 64 * 8 * B + 2 * 64 * 4 * B + 8 * 4 * 4  # u, Δ, z; B, C; A in fp32
+    reads = 3 * 64 * 8 * B + 2 * 64 * 4 * B + (8 * 4 + 8) * B  # u, Δ, z; B, C; A, D
     writes = 64 * 8 * B + 8 * 4 * B  # y, the final state
     assert table(c)[1] == ("selective scan", 64 * 8 * 4 * 7, reads + writes)  # 14336 FLOPs
     step = selective_scan_step(channels=8, state=4).stages[1]
-    assert (step.flops, step.bytes) == (7 * 8 * 4, 3 * 8 * B + 2 * 4 * B + 8 * 4 * 4 + 2 * 8 * 4 * B + 8 * B)
+    assert (step.flops, step.bytes) == (
+        7 * 8 * 4,
+        3 * 8 * B + 2 * 4 * B + (8 * 4 + 8) * B + 2 * 8 * 4 * B + 8 * B,
+    )
     assert selective_scan_backward(64, channels=8, state=4).stages[0].flops == 3 * 14336
 
 

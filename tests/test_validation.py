@@ -47,8 +47,8 @@ def _model(path: Path) -> Any:
     ("text", "needle"),
     [
         ('{"hidden_size": NaN}', "NaN is not a JSON number"),
-        ('{"hidden_size": Infinity}', "Infinity is not a JSON number"),
-        ('{"hidden_size": -Infinity}', "-Infinity is not a JSON number"),
+        ('{"hidden_size": Infinity}', "hidden_size = inf is not a finite number"),
+        ('{"hidden_size": -Infinity}', "hidden_size = -inf is not a finite number"),
         ('{"hidden_size": 1e400}', "out of range"),
         ('{"hidden_size": ' + "9" * 5000 + "}", "more digits"),
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),

@@ -602,7 +602,7 @@ GDN_STEP_KEYS = ("heads", "key_heads", "key_dim", "value_dim", "conv_kernel")
 
 def _bind_gdn(i: OpInstance, st: Step) -> Call:
     """Prefill: the chunked kernels over the context; decode: the recurrent step."""
-    kw = _recurrent_kwargs(i, st, GDN_STEP_KEYS)
+    kw = _recurrent_kwargs(i, st, (*GDN_STEP_KEYS, "conv_bias"))
     if st.phase == PREFILL:
         return Call((st.context,), {**kw, "chunk": i.shape["chunk"]})
     return Call((), kw, via="linear attention step")
@@ -634,7 +634,7 @@ SSD_STEP_KEYS = ("heads", "head_dim", "state", "groups", "conv_kernel")
 
 
 def _bind_ssd(i: OpInstance, st: Step) -> Call:
-    kw = _recurrent_kwargs(i, st, SSD_STEP_KEYS)
+    kw = _recurrent_kwargs(i, st, (*SSD_STEP_KEYS, "conv_bias"))
     if st.phase == PREFILL:
         return Call((st.context,), {**kw, "chunk": i.shape["chunk"]})
     return Call((), kw, via="ssd step")
@@ -665,7 +665,7 @@ SCAN_STEP_KEYS = ("channels", "state", "conv_kernel")
 
 
 def _bind_scan(i: OpInstance, st: Step) -> Call:
-    kw = _recurrent_kwargs(i, st, SCAN_STEP_KEYS)
+    kw = _recurrent_kwargs(i, st, (*SCAN_STEP_KEYS, "conv_bias"))
     if st.phase == PREFILL:
         return Call((st.context,), kw)
     return Call((), kw, via="selective scan step")
@@ -721,8 +721,9 @@ SPARSE_KEYS = (*LATENT_WIDTHS, "index_heads", "index_head_dim", "top_k")
 
 
 def _bind_sparse(i: OpInstance, st: Step) -> Call:
-    """The indexer and latent attention over the top-k, absorbed (MLA's MQA mode) at prefill as
-    DeepSeek runs it; decode in the step's ``latent_form``."""
+    """The indexer and latent attention over the top-k, in the step's ``latent_form`` at prefill
+    and decode alike: absorbed by default, MLA's MQA mode, as DeepSeek runs DSA (naive is what
+    transformers runs)."""
     p = st.prec
     kw: dict[str, Any] = dict(
         fused=st.fused, batch=st.batch, itemsize=p.itemsize, kv_itemsize=p.kv_itemsize,
@@ -730,7 +731,7 @@ def _bind_sparse(i: OpInstance, st: Step) -> Call:
         **{k: i.shape[k] for k in SPARSE_KEYS},
     )  # fmt: skip
     if st.phase == PREFILL:
-        return Call((st.context, st.context), {**kw, "causal": True})
+        return Call((st.context, st.context), {**kw, "causal": True, "form": st.latent_form})
     return Call((1, st.context), {**kw, "form": st.latent_form})
 
 

@@ -148,7 +148,8 @@ def _deltanet_rows(m: ModelConfig, where: str) -> list[OpInstance]:
     g = mx.deltanet
     qk, v = g.key_heads * g.key_dim, g.heads * g.value_dim
     shape = {"heads": g.heads, "key_heads": g.key_heads, "key_dim": g.key_dim, "value_dim": g.value_dim,
-             "chunk": g.chunk, "conv_kernel": g.conv_kernel, "state_elements": g.state_elements}  # fmt: skip
+             "chunk": g.chunk, "conv_kernel": g.conv_kernel, "conv_bias": False,
+             "state_elements": g.state_elements}  # fmt: skip
     taps = g.conv_channels * g.conv_kernel  # no conv bias
     return [
         _linear("QKVZ projection", m.hidden, 2 * qk + 2 * v, False, split=COLUMN),
@@ -164,7 +165,7 @@ def _mamba2_rows(m: ModelConfig, where: str) -> list[OpInstance]:
     assert mx is not None and mx.mamba2 is not None
     b = mx.mamba2
     shape = {"heads": b.heads, "head_dim": b.head_dim, "state": b.state, "groups": b.groups, "chunk": b.chunk,
-             "conv_kernel": b.conv_kernel, "state_elements": b.state_elements}  # fmt: skip
+             "conv_kernel": b.conv_kernel, "conv_bias": b.conv_bias, "state_elements": b.state_elements}  # fmt: skip
     own = b.conv_channels * (b.conv_kernel + b.conv_bias) + 3 * b.heads  # taps, bias; A, D, dt bias
     rows = [
         _linear("Mamba in_proj", m.hidden, b.in_width, b.proj_bias, split=COLUMN),
@@ -181,7 +182,8 @@ def _mamba1_rows(m: ModelConfig, where: str) -> list[OpInstance]:
     assert mx is not None and mx.mamba1 is not None
     b = mx.mamba1
     D, N, r = b.channels, b.state, b.dt_rank
-    shape = {"channels": D, "state": N, "conv_kernel": b.conv_kernel, "state_elements": b.state_elements}
+    shape = {"channels": D, "state": N, "conv_kernel": b.conv_kernel, "conv_bias": b.conv_bias,
+             "state_elements": b.state_elements}  # fmt: skip
     own = D * (b.conv_kernel + b.conv_bias) + D * N + D  # taps, bias; A (D × N), D
     rows = [
         _linear("Mamba in_proj", m.hidden, 2 * D, b.proj_bias, split=COLUMN),
@@ -190,7 +192,8 @@ def _mamba1_rows(m: ModelConfig, where: str) -> list[OpInstance]:
     if b.inner_norms:
         rows += [
             _norm(m, "Δ norm", r),
-            replace(_norm(m, "B, C norms", 2 * N, scale=N), params=2 * N, params_read=2 * N),
+            _norm(m, "B norm", N),
+            _norm(m, "C norm", N),
         ]
     rows += [
         _linear("dt_proj", r, D, True, split=COLUMN),

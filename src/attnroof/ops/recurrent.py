@@ -163,20 +163,25 @@ def scan_state_elements(channels: Num, state: Num, conv_kernel: Num) -> Num:
     return channels * state + conv_state_elements(channels, conv_kernel)
 
 
-def _conv(s: Num, channels: Num, k: Num, a: Num, w: Num) -> Stage:
+def _taps(channels: Num, k: Num, w: Num, bias: bool) -> Access:
+    """The conv's weights: K taps per channel, and a bias per channel where it has one."""
+    return Access("conv taps", (k + bias) * channels * w)
+
+
+def _conv(s: Num, channels: Num, k: Num, a: Num, w: Num, bias: bool = False) -> Stage:
     x = s * channels * a
     return Stage(
         CONV,
         FLOPS_PER_MAC * k * channels * s,
-        (Access("x", x), Access("conv taps", k * channels * w)),
+        (Access("x", x), _taps(channels, k, w, bias)),
         (Access("x (conv)", x),),
     )
 
 
-def _conv_step(channels: Num, k: Num, a: Num, sb: Num, w: Num) -> Stage:
+def _conv_step(channels: Num, k: Num, a: Num, sb: Num, w: Num, bias: bool = False) -> Stage:
     state = Access("conv state", conv_state_elements(channels, k) * sb)
     x = Access("x", channels * a)
-    taps = Access("conv taps", k * channels * w)
+    taps = _taps(channels, k, w, bias)
     return Stage(
         f"{CONV} step",
         FLOPS_PER_MAC * k * channels,
@@ -185,15 +190,16 @@ def _conv_step(channels: Num, k: Num, a: Num, sb: Num, w: Num) -> Stage:
     )
 
 
-def _conv_backward(s: Num, channels: Num, k: Num, a: Num, w: Num) -> Stage:
+def _conv_backward(s: Num, channels: Num, k: Num, a: Num, w: Num, bias: bool = False) -> Stage:
     """dX and the taps' gradient of the causal conv, in one kernel (the taps' gradient summed in
     it, as a norm's scale is)."""
     x = s * channels * a
+    taps = _taps(channels, k, w, bias)
     return Stage(
         f"{CONV} backward",
         BACKWARD_PRODUCTS * FLOPS_PER_MAC * k * channels * s,
-        (Access("x", x), Access("d x (conv)", x), Access("conv taps", k * channels * w)),
-        (Access("dx", x), Access("d conv taps", k * channels * w)),
+        (Access("x", x), Access("d x (conv)", x), taps),
+        (Access("dx", x), Access("d conv taps", taps.bytes)),
     )
 
 
@@ -220,6 +226,7 @@ def gated_delta_rule(
     key_heads: Num | None = None,
     chunk: Num = 64,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -254,8 +261,10 @@ def gated_delta_rule(
     final = Access("state", H * dk * dv * sb)
     one = Cost(
         (
-            _conv(s, conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, w),
-            Stage("KKᵀ", H * s * FLOPS_PER_MAC * C * dk, (k, gates), (big_a,)),
+            _conv(s, conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, w, conv_bias),
+            Stage(
+                "KKᵀ", H * s * FLOPS_PER_MAC * C * dk, (k, gates, Access("A, dt bias", 2 * H * w)), (big_a,)
+            ),
             Stage("(I + A)⁻¹", H * n_c * _third(C * (C - 1) * (C - 2)), (big_a,), (inv,)),
             Stage("w, u", H * s * FLOPS_PER_MAC * C * (dk + dv), (inv, k, v, gates), (wk, u)),
             Stage(STATE_PASS, H * s * 2 * FLOPS_PER_MAC * dk * dv, (k, wk, u, gates), (h, v_new, final)),
@@ -277,6 +286,7 @@ def gated_delta_step(
     value_dim: Num,
     key_heads: Num | None = None,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -286,8 +296,8 @@ def gated_delta_step(
     and written, whatever the context.
 
     >>> c = gated_delta_step(heads=32, key_heads=16, key_dim=128, value_dim=128)
-    >>> c.stages[1].flops, c.stages[1].bytes          # 7·32·128² + 2·32·128; 2·32·128²·2 + ...
-    (3678208, 2130048)
+    >>> c.stages[1].flops, c.stages[1].bytes          # 7·32·128² + 2·32·128; 2·32·128²·2 + q, k, v, g, β, A, dt bias, o
+    (3678208, 2130176)
     """
     kh = heads if key_heads is None else key_heads
     _sizes(
@@ -296,10 +306,13 @@ def gated_delta_step(
     a, sb, w = _items(itemsize, state_itemsize, weight_itemsize)
     H, dk, dv = heads, key_dim, value_dim
     state = Access("state", H * dk * dv * sb)
-    reads = (Access("q, k", 2 * H * dk * a), Access("v", H * dv * a), Access("g, β", 2 * H * a), state)
+    reads = (
+        Access("q, k", 2 * H * dk * a), Access("v", H * dv * a), Access("g, β", 2 * H * a),
+        Access("A, dt bias", 2 * H * w), state,
+    )  # fmt: skip
     one = Cost(
         (
-            _conv_step(conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, sb, w),
+            _conv_step(conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, sb, w, conv_bias),
             Stage(
                 "gated delta step",
                 H * (STEP_FLOPS_PER_STATE * dk * dv + FLOPS_PER_MAC * dv),  # δ = β·(v − Sᵀk)
@@ -339,6 +352,7 @@ def gated_delta_rule_backward(
     key_heads: Num | None = None,
     chunk: Num = 64,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -353,8 +367,8 @@ def gated_delta_rule_backward(
     True
     """
     kw = dict(heads=heads, key_dim=key_dim, value_dim=value_dim, key_heads=key_heads, chunk=chunk,
-              conv_kernel=conv_kernel, batch=1, itemsize=itemsize, state_itemsize=state_itemsize,
-              weight_itemsize=weight_itemsize)  # fmt: skip
+              conv_kernel=conv_kernel, conv_bias=conv_bias, batch=1, itemsize=itemsize,
+              state_itemsize=state_itemsize, weight_itemsize=weight_itemsize)  # fmt: skip
     fwd = gated_delta_rule(s, **kw)
     a, _, w = _items(itemsize, state_itemsize, weight_itemsize)
     H, dk, dv = heads, key_dim, value_dim
@@ -362,7 +376,7 @@ def gated_delta_rule_backward(
     inputs = (Access("q, k", 2 * H * s * dk * a), Access("v", H * s * dv * a), Access("g, β", 2 * H * s * a))
     grads = tuple(Access("d" + x.tensor, x.bytes) for x in inputs)
     states = Access("h (chunk states)", H * chunks(s, chunk) * dk * dv * a)
-    conv = _conv_backward(s, conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, w)
+    conv = _conv_backward(s, conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, w, conv_bias)
     return _recurrent_backward(fwd, inputs, grads, Access("dO", H * s * dv * a), states, conv) * batch
 
 
@@ -378,6 +392,7 @@ def ssd(
     groups: Num = 1,
     chunk: Num = 256,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -404,8 +419,13 @@ def ssd(
     cb = Access("CB (fp32)", G * s * L * FP32_BYTES)
     one = Cost(
         (
-            _conv(s, conv_channels_ssd(H, P, N, G), conv_kernel, a, w),
-            Stage("chunk state", H * s * FLOPS_PER_MAC * N * P, (x, b, dt), (st32,)),
+            _conv(s, conv_channels_ssd(H, P, N, G), conv_kernel, a, w, conv_bias),
+            Stage(
+                "chunk state",
+                H * s * FLOPS_PER_MAC * N * P,
+                (x, b, dt, Access("A, D, dt bias", 3 * H * w)),
+                (st32,),
+            ),
             Stage(
                 "state passing",
                 H * n_c * FLOPS_PER_MAC * N * P,
@@ -426,6 +446,7 @@ def ssd_step(
     state: Num,
     groups: Num = 1,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -434,17 +455,23 @@ def ssd_step(
     """One decode token per sequence: every head's N × P state read and written.
 
     >>> c = ssd_step(heads=128, head_dim=64, state=128, groups=8)
-    >>> c.stages[1].flops, c.stages[1].bytes          # 5·128·64·128; 2·128·64·128·2 + ...
-    (5242880, 4231424)
+    >>> c.stages[1].flops, c.stages[1].bytes          # 5·128·64·128; 2·128·64·128·2 + x, B, C, dt, A, D, dt bias, y
+    (5242880, 4232192)
     """
     _sizes(heads=heads, head_dim=head_dim, state=state, groups=groups, conv_kernel=conv_kernel, batch=batch)
     a, sb, w = _items(itemsize, state_itemsize, weight_itemsize)
     H, P, N, G = heads, head_dim, state, groups
     st = Access("state", H * N * P * sb)
-    reads = (Access("x", H * P * a), Access("B, C", 2 * G * N * a), Access("dt", H * a), st)
+    reads = (
+        Access("x", H * P * a),
+        Access("B, C", 2 * G * N * a),
+        Access("dt", H * a),
+        Access("A, D, dt bias", 3 * H * w),
+        st,
+    )
     one = Cost(
         (
-            _conv_step(conv_channels_ssd(H, P, N, G), conv_kernel, a, sb, w),
+            _conv_step(conv_channels_ssd(H, P, N, G), conv_kernel, a, sb, w, conv_bias),
             Stage("SSD step", H * SSD_STEP_FLOPS_PER_STATE * N * P, reads, (Access("y", H * P * a), st)),
         )
     )
@@ -460,6 +487,7 @@ def ssd_backward(
     groups: Num = 1,
     chunk: Num = 256,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -473,15 +501,15 @@ def ssd_backward(
     True
     """
     kw = dict(heads=heads, head_dim=head_dim, state=state, groups=groups, chunk=chunk,
-              conv_kernel=conv_kernel, batch=1, itemsize=itemsize, state_itemsize=state_itemsize,
-              weight_itemsize=weight_itemsize)  # fmt: skip
+              conv_kernel=conv_kernel, conv_bias=conv_bias, batch=1, itemsize=itemsize,
+              state_itemsize=state_itemsize, weight_itemsize=weight_itemsize)  # fmt: skip
     fwd = ssd(s, **kw)
     a, _, w = _items(itemsize, state_itemsize, weight_itemsize)
     H, P, N, G = heads, head_dim, state, groups
     inputs = (Access("x", H * s * P * a), Access("B, C", 2 * G * s * N * a), Access("dt", H * s * a))
     grads = tuple(Access("d" + x.tensor, x.bytes) for x in inputs)
     states = Access("states", H * chunks(s, chunk) * N * P * a)
-    conv = _conv_backward(s, conv_channels_ssd(H, P, N, G), conv_kernel, a, w)
+    conv = _conv_backward(s, conv_channels_ssd(H, P, N, G), conv_kernel, a, w, conv_bias)
     return _recurrent_backward(fwd, inputs, grads, Access("dy", H * s * P * a), states, conv) * batch
 
 
@@ -494,6 +522,7 @@ def selective_scan(
     channels: Num,
     state: Num,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -514,11 +543,11 @@ def selective_scan(
     reads = (
         Access("u, Δ, z", 3 * s * D * a),
         Access("B, C", 2 * s * N * a),
-        Access("A", D * N * FP32_BYTES),
+        Access("A, D", (D * N + D) * w),
     )
     one = Cost(
         (
-            _conv(s, D, conv_kernel, a, w),
+            _conv(s, D, conv_kernel, a, w, conv_bias),
             Stage(SELECTIVE_SCAN, s * D * N * SCAN_FLOPS_PER_STATE, reads,
                   (Access("y", s * D * a), Access("state", D * N * sb))),
         )
@@ -531,6 +560,7 @@ def selective_scan_step(
     channels: Num,
     state: Num,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -545,10 +575,10 @@ def selective_scan_step(
     a, sb, w = _items(itemsize, state_itemsize, weight_itemsize)
     D, N = channels, state
     st = Access("state", D * N * sb)
-    reads = (Access("u, Δ, z", 3 * D * a), Access("B, C", 2 * N * a), Access("A", D * N * FP32_BYTES), st)
+    reads = (Access("u, Δ, z", 3 * D * a), Access("B, C", 2 * N * a), Access("A, D", (D * N + D) * w), st)
     one = Cost(
         (
-            _conv_step(D, conv_kernel, a, sb, w),
+            _conv_step(D, conv_kernel, a, sb, w, conv_bias),
             Stage("scan step", D * N * SCAN_FLOPS_PER_STATE, reads, (Access("y", D * a), st)),
         )
     )
@@ -561,6 +591,7 @@ def selective_scan_backward(
     channels: Num,
     state: Num,
     conv_kernel: Num = 4,
+    conv_bias: bool = False,
     batch: Num = 1,
     itemsize: Num = BF16_BYTES,
     state_itemsize: Num | None = None,
@@ -573,8 +604,8 @@ def selective_scan_backward(
     >>> selective_scan_backward(64, channels=4, state=2).flops == 3 * f.flops - f.stages[0].flops
     True
     """
-    fwd = selective_scan(s, channels=channels, state=state, conv_kernel=conv_kernel, itemsize=itemsize,
-                         state_itemsize=state_itemsize, weight_itemsize=weight_itemsize)  # fmt: skip
+    fwd = selective_scan(s, channels=channels, state=state, conv_kernel=conv_kernel, conv_bias=conv_bias,
+                         itemsize=itemsize, state_itemsize=state_itemsize, weight_itemsize=weight_itemsize)  # fmt: skip
     a, _, w = _items(itemsize, state_itemsize, weight_itemsize)
     D, N = channels, state
     scan = fwd.stages[1]
@@ -588,7 +619,7 @@ def selective_scan_backward(
         (
             Stage(f"{SELECTIVE_SCAN} backward", (1 + BACKWARD_PRODUCTS) * scan.flops,
                   (*inputs, Access("dy", s * D * a)), grads),
-            _conv_backward(s, D, conv_kernel, a, w),
+            _conv_backward(s, D, conv_kernel, a, w, conv_bias),
         )
     )  # fmt: skip
     return one * batch
