@@ -68,7 +68,8 @@ def _dense_mlp(m: ModelConfig, kind: str) -> list[OpInstance]:
     out = _mlp_rows(m, m.intermediate, kind)
     label = m.mixers.mlp_label if m.mixers else ""
     if label:
-        out = [replace(r, name=f"activation ({label})") if r.operator == "activation" else r for r in out]
+        first, act, down = out  # gate/up (or up), the activation, down
+        out = [first, replace(act, name=f"activation ({label})"), down]
     return out
 
 
@@ -103,7 +104,7 @@ def _softmax_rows(m: ModelConfig, kind: LayerKind, where: str) -> list[OpInstanc
         out = [
             replace(r, name="attention (chunked)", operator="chunked attention",
                     shape={**r.shape, "attention_chunk": mx.chunk})
-            if r.operator == "attention"
+            if r.name == "attention"
             else r
             for r in out
         ]  # fmt: skip
@@ -127,9 +128,9 @@ def _sparse_rows(m: ModelConfig, where: str) -> list[OpInstance]:
     cache = lat.cache_elements + ix.head_dim
     out: list[OpInstance] = []
     for r in _latent_rows(m):
-        if r.operator == "copy":
+        if r.name == "KV-cache write":
             r = replace(r, shape={**r.shape, "elements_per_token": cache, "tensor": "latent, index key"})
-        if r.operator == "latent attention":
+        if r.name == "attention (latent)":
             out += indexer
             shape = {**r.shape, "index_heads": ix.heads, "index_head_dim": ix.head_dim, "top_k": ix.top_k,
                      "kv_elements_per_token": cache}  # fmt: skip
