@@ -231,6 +231,7 @@ PACKAGE_RANKS = [
     {"operators", "solve"},
     {"attnroof", "analysis", "passes"},
     {"sheet", "sheet_backward", "model"},
+    {"beyond"},  # attention beyond softmax (issue 23): the variants, and the hybrids' caches
     {"calibration", "measure"},
     {"text"},
     {"plot"},
