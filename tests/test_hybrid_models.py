@@ -172,3 +172,18 @@ def test_context_parallelism_is_refused_for_the_new_mixers(model: str, operator:
 def test_sparse_attention_training_is_refused() -> None:
     r = run_cli("model", "--model", "deepseek-v3.2-exp", "--phase", "train", "--context", "4096")
     assert_one_line_error(r, "backward pass of sparse attention is not modelled")
+
+
+def test_plan_search_trains_a_hybrid_without_context_parallelism() -> None:
+    r = run_cli("plan", "--model", "nemotron-h-8b", "--devices", "4", "--device", "h200", "--phase", "train",
+                "--context", "4096", "--batch", "8", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["front"] and all(p["parallel"]["cp"] == 1 for p in data["plans"])
+    assert all(p["mfu"] <= 1 for p in data["front"])  # PaLM's attention term: the 4 attention layers only
+    assert (
+        data["rejected"][
+            "CP cannot run this step (decode; windowed, latent, chunked, sparse, linear or state-space attention)"
+        ]
+        == 5
+    )
