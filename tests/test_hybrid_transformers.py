@@ -20,10 +20,19 @@ them, within 0.5%, under the conventions below (tests/test_transformers_flops.py
 
 The prompt is 256 tokens, a multiple of every chunk (64, 128, 256), so that the reference pads
 nothing. ``python tests/test_hybrid_transformers.py`` prints both sides.
+
+Decode (one token against 255 cached, the cache filled by an uncounted prefill): the reference's
+recurrent steps are element-wise but for Mamba's read-out, ``ssm_state @ C`` (2 of the SSD step's
+5 FLOPs per state element, 2 of the scan's 7; none of gated DeltaNet's 7), and its conv update runs
+``F.conv1d`` over the state and the new token, two outputs of which it keeps one (× 2 here).
+Mamba2-2.7B is left out of the decode check: transformers' ``Mamba2ForCausalLM`` keeps its state in
+its own ``cache_params``, not in a ``DynamicCache``, so its "decode" reruns the chunked scan on
+one token padded to a chunk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import warnings
@@ -77,6 +86,58 @@ def transformers_config(name: str) -> Any:
             tie_word_embeddings=True, rms_norm=True,
         )  # fmt: skip
     return transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+STEP_READOUT = {"gated delta step": (0, 7), "SSD step": (2, 5), "scan step": (2, 7)}
+"""The share of each recurrent decode step FlopCounterMode sees: its read-out matmul, if any."""
+DECODE_CONV_OUTPUTS = 2
+"""The reference's conv update: two outputs of ``F.conv1d`` over the state and the new token."""
+
+
+def _run(model: Any, cfg: Any, tokens: int, cache: Any, counter: FlopCounterMode | None = None) -> None:
+    ids = torch.zeros(1, tokens, dtype=torch.long, device="meta")
+    with torch.no_grad(), counter if counter is not None else contextlib.nullcontext():
+        model(input_ids=ids, logits_to_keep=1, use_cache=True, past_key_values=cache)
+
+
+@functools.cache
+def decode_reference(name: str) -> int:
+    """FlopCounterMode's count of one decode token at context :data:`PROMPT`."""
+    cfg = transformers_config(name)
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.AutoModelForCausalLM.from_config(
+            cfg, attn_implementation="eager", experts_implementation="batched_mm"
+        ).eval()
+        cache = transformers.DynamicCache(config=cfg)
+        _run(model, cfg, PROMPT - 1, cache)
+        counter = FlopCounterMode(display=False)
+        _run(model, cfg, 1, cache, counter)
+    return sum(counter.get_flop_counts()["Global"].values())
+
+
+def decode_as_counted(name: str) -> int:
+    """attnroof's decode FLOPs at context :data:`PROMPT` under the module's decode conventions."""
+    model = builtin(name)
+    rows = {r.name: r for r in layer_table(model)}
+    total = 0
+    for op in model_ops(model, "decode", 1, PROMPT, softmax_flops_per_element=0, latent_form=NAIVE):
+        row = rows[op.name]
+        if operator(op.operator).kind == MEMORY_PASS:
+            continue
+        if op.operator == "linear" and row.shape.get("bias"):
+            total -= op.count * BIAS_FLOPS_PER_ELEMENT * row.shape["m"]
+        for st in op.cost:
+            flops = st.flops
+            if st.name in STEP_READOUT:
+                seen, of = STEP_READOUT[st.name]
+                flops = flops * seen / of
+            elif st.name == "conv1d step":
+                flops *= DECODE_CONV_OUTPUTS
+            elif op.operator == "experts" and name == "llama-4-scout":
+                flops = flops * row.shape["experts"] / row.shape["top_k"]
+            total += op.count * flops
+    return round(total)
 
 
 @functools.cache
@@ -146,6 +207,12 @@ def test_prefill_flops_within_half_a_percent(name: str) -> None:
     assert ours == pytest.approx(ref, rel=TOLERANCE), (ours, ref, ours / ref - 1)
 
 
+@pytest.mark.parametrize("name", [n for n in HYBRIDS if n != "mamba2-2.7b"])
+def test_decode_flops_within_half_a_percent(name: str) -> None:
+    ours, ref = decode_as_counted(name), decode_reference(name)
+    assert ours == pytest.approx(ref, rel=TOLERANCE), (ours, ref, ours / ref - 1)
+
+
 def test_qwen3_next_layer_by_hand() -> None:
     # 256 tokens through one gated-DeltaNet layer's matmuls, as FlopCounterMode sees them:
     # QKVZ 2·256·2048·12288 + BA 2·256·2048·64 + out 2·256·4096·2048 = 17,246,978,048
@@ -163,8 +230,12 @@ if __name__ == "__main__":
     for name in HYBRIDS:
         n, ref = reference(name)
         ours = as_counted(name)
-        print(
-            json.dumps(
-                {"model": name, "params": [params(builtin(name)), n], "prefill": [ours, ref, ours / ref - 1]}
-            )
-        )
+        row: dict[str, Any] = {
+            "model": name,
+            "params": [params(builtin(name)), n],
+            "prefill": [ours, ref, ours / ref - 1],
+        }
+        if name != "mamba2-2.7b":
+            d, dref = decode_as_counted(name), decode_reference(name)
+            row["decode"] = [d, dref, d / dref - 1]
+        print(json.dumps(row))
