@@ -56,6 +56,8 @@ def architecture(m: ModelConfig) -> str:
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
         mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
+    if m.mixers is not None and (mixed := _mixers(m)):
+        attn += f"; {mixed}"
     size = f"{render.num(params(m) / GIGA)} B parameters"
     if active_params(m) != params(m):
         without, with_ = (render.num(active_params(m, embedding=e) / GIGA) for e in (False, True))
@@ -241,11 +243,43 @@ def models_table(models: Sequence[ModelConfig]) -> str:
         for m in models
     ]
     headers = ["model", "params (B)", "active w/o embedding (B)", "active with embedding (B)", "layers"]
-    headers += ["hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab", "window"]
+    headers += ["hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab", "window or mixers"]
     return table(headers, rows, "lrrrrrrrrlrr")
 
 
+MIXER_NAMES = {
+    "attention": "attention",
+    "chunked attention": "chunked attention",
+    "linear attention": "gated DeltaNet",
+    "mamba2": "Mamba-2",
+    "mamba": "Mamba-1",
+    "attention+mamba2": "attention ∥ Mamba-2",
+    "none": "MLP only",
+}
+"""A hybrid's layer mixers, as the header and ``--list`` name them (issue 23)."""
+
+
+def _mixers(m: ModelConfig) -> str:
+    """A hybrid's layers by mixer: "36 gated DeltaNet + 12 attention"; chunked attention with its
+    chunk, DeepSeek's sparse attention with its top-k."""
+    counts: dict[str, int] = {}
+    for kind, n in m.layer_kinds().items():
+        counts[kind.mixer] = counts.get(kind.mixer, 0) + n
+    mx = m.mixers
+    parts = []
+    for mixer, n in counts.items():
+        name = MIXER_NAMES.get(mixer, mixer)
+        if mixer == "chunked attention" and mx is not None and mx.chunk:
+            name += f" (chunks of {mx.chunk})"
+        if mixer == "attention" and mx is not None and mx.indexer is not None:
+            name = f"sparse attention (top {mx.indexer.top_k})"
+        parts.append(f"{n} {name}")
+    return " + ".join(parts)
+
+
 def _windows(m: ModelConfig) -> str:
+    if m.mixers is not None:
+        return _mixers(m)
     n = m.windowed_layers
     if not n:
         return "—"
