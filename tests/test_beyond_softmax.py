@@ -175,3 +175,38 @@ def test_intensity_limits_symbolically():
     assert 25 < float(lim) < 35  # below every catalog device's bf16 ridge: never compute-bound
     mamba = ssd(s, heads=128, head_dim=64, state=128, groups=8, chunk=128)
     assert 30 < float(sympy.limit(mamba.flops / mamba.bytes, s, sympy.oo)) < 40
+
+
+FORMULAS = {
+    "gated DeltaNet": lambda s: gated_delta_rule(s, heads=32, key_heads=16, key_dim=128, value_dim=128),
+    "gated DeltaNet backward": lambda s: gated_delta_rule_backward(s, heads=32, key_heads=16, key_dim=128, value_dim=128),
+    "SSD": lambda s: ssd(s, heads=128, head_dim=64, state=128, groups=8, chunk=128),
+    "SSD backward": lambda s: ssd_backward(s, heads=128, head_dim=64, state=128, groups=8, chunk=128),
+    "selective scan": lambda s: selective_scan(s, channels=8192, state=16),
+    "chunked attention": lambda s: chunked_attention(s, 128, chunk=8192, group=5, kv_heads=8),
+    "chunked attention backward": lambda s: chunked_attention_backward(s, 128, chunk=8192, group=5, kv_heads=8),
+    "sparse attention": lambda s: sparse_attention(
+        s, s, causal=True, top_k=2048, heads=128, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+        v_head_dim=128, index_heads=64, index_head_dim=128,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", FORMULAS)
+def test_one_formula_three_number_systems(name):
+    """The same function on ints, on a numpy array of them, and on a sympy symbol (at sizes that
+    are whole multiples of every chunk, where s/C chunks are exact)."""
+    np = pytest.importorskip("numpy")
+    sympy = pytest.importorskip("sympy")
+    f = FORMULAS[name]
+    sizes = [16384, 65536]
+    ints = [f(s) for s in sizes]
+    arr = f(np.array(sizes))
+    assert [int(x) for x in arr.flops] == [c.flops for c in ints]
+    assert [int(x) for x in arr.bytes] == [c.bytes for c in ints]
+    if name.startswith(("chunked", "sparse")):
+        return  # floor and min: the symbolic forms are taken per regime (tests/test_beyond_sheet.py)
+    s = sympy.Symbol("s", positive=True)
+    sym = f(s)
+    assert [sym.flops.subs(s, n) for n in sizes] == [c.flops for c in ints]
+    assert [sym.bytes.subs(s, n) for n in sizes] == [c.bytes for c in ints]
