@@ -187,3 +187,14 @@ def test_plan_search_trains_a_hybrid_without_context_parallelism() -> None:
         ]
         == 5
     )
+
+
+def test_a_model_without_attention_or_mlp_reads_as_such() -> None:
+    r = run_cli(
+        "model", "--model", "mamba2-2.7b", "--phase", "decode", "--context", "8192", "--sweep-batch", "1,16"
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(
+        "mamba2-2.7b: 64 layers, hidden 2560, no attention; 64 Mamba-2, no MLP, vocab 50288"
+    )
+    assert "|     1 |" in r.stdout and "| —        |" in r.stdout  # no MLP GEMM to show

@@ -56,8 +56,13 @@ def architecture(m: ModelConfig) -> str:
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
         mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
+    kinds = m.layer_kinds()
+    if m.mixers is not None and not any(k.mixer in ATTENDING for k in kinds):
+        attn = "no attention"  # Mamba-2-2.7B: every layer a scan
     if m.mixers is not None and (mixed := _mixers(m)):
         attn += f"; {mixed}"
+    if not any(k.mlp for k in kinds):
+        mlp = "no MLP"
     size = f"{render.num(params(m) / GIGA)} B parameters"
     if active_params(m) != params(m):
         without, with_ = (render.num(active_params(m, embedding=e) / GIGA) for e in (False, True))
@@ -177,7 +182,7 @@ def sweep_text(
                 a.batch,
                 duration(t.time_s),
                 _rate(t),
-                _mlp_gemm(a).limiter,
+                mlp.limiter if (mlp := _mlp_gemm(a)) is not None else "—",  # Mamba-2: no MLP
                 next(o for o in a.ops if o.attention).limiter,
                 render.pct(t.memory_bound_share),
                 render.pct(t.attention_share),
@@ -218,7 +223,7 @@ def _mlp_gemm(a: ModelAnalysis) -> Any:
     experts = [o for o in a.ops if operator(o.operator).routed]
     if experts:
         return experts[0]
-    return next(o for o in a.ops if o.name.endswith(("gate/up projection", "up projection")))
+    return next((o for o in a.ops if o.name.endswith(("gate/up projection", "up projection"))), None)
 
 
 def models_table(models: Sequence[ModelConfig]) -> str:
@@ -247,6 +252,8 @@ def models_table(models: Sequence[ModelConfig]) -> str:
     return table(headers, rows, "lrrrrrrrrlrr")
 
 
+ATTENDING = frozenset({"attention", "chunked attention", "attention+mamba2"})
+"""Mixers with softmax attention, whose heads the header describes."""
 MIXER_NAMES = {
     "attention": "attention",
     "chunked attention": "chunked attention",
