@@ -198,3 +198,12 @@ def test_a_model_without_attention_or_mlp_reads_as_such() -> None:
         "mamba2-2.7b: 64 layers, hidden 2560, no attention; 64 Mamba-2, no MLP, vocab 50288"
     )
     assert "|     1 |" in r.stdout and "| —        |" in r.stdout  # no MLP GEMM to show
+
+
+def test_deepseek_v32_cache_by_hand() -> None:
+    # per token and layer: the latent 512 + 64 in the cache's dtype, and the index key in fp8 with
+    # an fp32 scale, 128 + 4 B whatever that dtype: 61 × (576 × 2 + 132) = 78,324 B in bf16
+    m = builtin("deepseek-v3.2-exp")
+    assert kv_cache_bytes_per_token(m, 2) == 61 * (576 * 2 + 132) == 78_324
+    assert kv_cache_bytes_per_token(m, 1) == 61 * (576 + 132)  # --kv-dtype fp8: the latent only
+    assert kv_cache_bytes_per_sequence(m, 131072, 2) == 78_324 * 131072

@@ -514,9 +514,8 @@ register(
 
 def _bind_copy(i: OpInstance, st: Step) -> Call:
     p = st.prec
-    kw = dict(
-        read_itemsize=p.itemsize, write_itemsize=p.kv_itemsize, name=_kernel(i), tensor=i.shape["tensor"]
-    )
+    write = i.shape.get("write_itemsize", p.kv_itemsize)  # DSA's index keys: fp8 whatever the cache
+    kw = dict(read_itemsize=p.itemsize, write_itemsize=write, name=_kernel(i), tensor=i.shape["tensor"])
     return Call((st.tokens() * i.shape["elements_per_token"],), kw)
 
 

@@ -134,6 +134,12 @@ class OpInstance:
         return self.shape.get("kv_elements_per_token", 0)
 
     @property
+    def fixed_cache_bytes_per_token(self) -> int:
+        """Bytes one cached token keeps in this instance whatever the cache's dtype (DeepSeek's
+        index keys: fp8 and a scale; issue 23)."""
+        return self.shape.get("fixed_cache_bytes_per_token", 0)
+
+    @property
     def state_elements(self) -> int:
         """Elements of the fixed state one sequence keeps in this instance, whatever its context
         (a linear-attention or state-space mixer's state and conv state; issue 23)."""

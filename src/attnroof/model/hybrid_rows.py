@@ -28,6 +28,7 @@ from attnroof.model.architectures import LayerKind
 from attnroof.model.hybrid import ATTENTION, CHUNKED, LINEAR, MAMBA1, MAMBA2, NO_MIXER, PARALLEL
 from attnroof.model.rows import _attention_rows, _expert_rows, _latent_rows, _linear, _mlp_rows, _norm
 from attnroof.model.spec import ModelConfig
+from attnroof.ops.sparse import FP8_BYTES, index_key_bytes
 from attnroof.row import COLUMN, HEADS, LAYER, ROW, OpInstance
 
 MIXER_KINDS = {
@@ -112,8 +113,9 @@ def _softmax_rows(m: ModelConfig, kind: LayerKind, where: str) -> list[OpInstanc
 
 
 def _sparse_rows(m: ModelConfig, where: str) -> list[OpInstance]:
-    """DeepSeek-V3.2: MLA's rows, the indexer's projections before the attention, the attention
-    itself the indexer and latent attention over the top-k; the index keys join the cache."""
+    """DeepSeek-V3.2: MLA's rows, the indexer's projections and its fp8 key's write before the
+    attention, the attention itself the indexer and latent attention over the top-k; the index
+    keys join the cache at 132 B a token (fp8 and a scale) whatever the cache's dtype."""
     mx, lat = m.mixers, m.latent
     assert mx is not None and lat is not None and mx.indexer is not None
     ix = mx.indexer
@@ -125,15 +127,16 @@ def _sparse_rows(m: ModelConfig, where: str) -> list[OpInstance]:
                 "scale_width": ix.head_dim}, params=2 * ix.head_dim, params_read=2 * ix.head_dim),
         _linear("indexer weights", m.hidden, ix.heads, False),
     ]  # fmt: skip
-    cache = lat.cache_elements + ix.head_dim
     out: list[OpInstance] = []
     for r in _latent_rows(m):
-        if r.name == "KV-cache write":
-            r = replace(r, shape={**r.shape, "elements_per_token": cache, "tensor": "latent, index key"})
         if r.name == "attention (latent)":
             out += indexer
+            out.append(
+                OpInstance("index-key write", "copy", 1, LAYER,
+                           {"elements_per_token": ix.head_dim, "tensor": "index key (fp8)", "write_itemsize": FP8_BYTES})
+            )  # fmt: skip
             shape = {**r.shape, "index_heads": ix.heads, "index_head_dim": ix.head_dim, "top_k": ix.top_k,
-                     "kv_elements_per_token": cache}  # fmt: skip
+                     "fixed_cache_bytes_per_token": index_key_bytes(ix.head_dim)}  # fmt: skip
             r = replace(r, name="attention (sparse)", operator="sparse attention", shape=shape)
         out.append(r)
     return out

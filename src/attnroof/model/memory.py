@@ -43,7 +43,9 @@ def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float, shard: Shar
     >>> kv_cache_bytes_per_token(builtin("llama-3.1-8b"), 2)     # 32 × 2 × 8 × 128 × 2
     131072
     """
-    return sum(i.count * i.kv_elements_per_token for i in layer_table(model, shard)) * kv_itemsize
+    table = layer_table(model, shard)
+    fixed = sum(i.count * i.fixed_cache_bytes_per_token for i in table)  # DSA's fp8 index keys
+    return sum(i.count * i.kv_elements_per_token for i in table) * kv_itemsize + fixed
 
 
 def weights_read(
@@ -87,12 +89,15 @@ def kv_cache_bytes_per_sequence(
     536870912
     """
     total: Num = 0
+    fixed: Num = 0
     for i in layer_table(model, shard):
         if i.kv_elements_per_token:
             total = total + i.count * i.kv_elements_per_token * i.cached_tokens(context)
         if i.state_elements:  # a recurrent mixer's fixed state (issue 23), in the cache's dtype
             total = total + i.count * i.state_elements
-    return total * kv_itemsize
+        if i.fixed_cache_bytes_per_token:  # DSA's index keys, fp8 whatever the cache's dtype
+            fixed = fixed + i.count * i.fixed_cache_bytes_per_token * i.cached_tokens(context)
+    return total * kv_itemsize + fixed
 
 
 def activation_bytes(

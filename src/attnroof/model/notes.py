@@ -109,10 +109,11 @@ def cache_note(model: ModelConfig, context: int, kv_itemsize: float) -> str:
     """
     parts, total = [], 0.0
     for i in layer_table(model):
-        if i.kv_elements_per_token:
+        if i.kv_elements_per_token or i.fixed_cache_bytes_per_token:
             tokens = i.cached_tokens(context)
-            each = i.kv_elements_per_token * kv_itemsize
-            parts.append(f"{i.name} {i.count} layers × {tokens} tokens × {each:.0f} B (K,V)")
+            each = i.kv_elements_per_token * kv_itemsize + i.fixed_cache_bytes_per_token
+            what = "K,V" if not i.fixed_cache_bytes_per_token else "latent and fp8 index key"
+            parts.append(f"{i.name} {i.count} layers × {tokens} tokens × {each:.0f} B ({what})")
             total += i.count * tokens * each
         if i.state_elements:
             each = i.state_elements * kv_itemsize
