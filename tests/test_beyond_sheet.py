@@ -83,3 +83,13 @@ def test_cli_variant_part_h():
 )
 def test_cli_variant_bad_input_is_one_line(flags):
     assert_one_line_error(run_cli("sheet", *flags), flags[-1])
+
+
+def test_one_variant_shows_its_stage_tables():
+    r = run_cli("sheet", "--variant", "mamba", "--device", "h200", "-s", "4096")
+    assert r.returncode == 0, r.stderr
+    assert "### H0. mamba: prefill of s = 4,096" in r.stdout
+    assert "| selective scan |" in r.stdout and "| scan step " in r.stdout
+    data = json.loads(run_cli("sheet", "--variant", "mamba", "-s", "4096", "--json").stdout)
+    scan = data["variants"][0]["prefill_stages"][1]
+    assert scan["flops"] == 4096 * 8192 * 16 * 7  # 7 FLOPs per state element and token

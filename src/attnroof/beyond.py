@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from attnroof.analysis import stage_json
 from attnroof.cost import Cost
 from attnroof.ops import attention, decode
 from attnroof.ops.chunked import chunk_position, chunked_attention
@@ -147,6 +148,10 @@ class VariantAnalysis:
     """The smallest prompt at which prefill reaches the ridge; None: never."""
     decode: list[tuple[int, float, float]]
     """(context, bytes, FLOP/byte) of one decode token."""
+    s: int = 8192
+    prefill_cost: Cost | None = None
+    """The prefill's stage table at ``s`` tokens, and the decode token's at a context of ``s``."""
+    decode_cost: Cost | None = None
 
     @property
     def decode_growth(self) -> str:
@@ -168,6 +173,9 @@ class VariantAnalysis:
             "never": self.crossover_s is None,
             "decode": [{"context": c, "bytes": b, "flop_per_byte": i} for c, b, i in self.decode],
             "decode_bytes": self.decode_growth,
+            "s": self.s,
+            "prefill_stages": [stage_json(st) for st in self.prefill_cost or ()],
+            "decode_stages": [stage_json(st) for st in self.decode_cost or ()],
         }
 
 
@@ -203,8 +211,8 @@ def _crossover(v: Variant, roof: Roof) -> Crossover | int | None:
     return None  # chunked: past C the intensity only falls back towards its limit
 
 
-def analyse_variant(name: str, roof: Roof) -> VariantAnalysis:
-    """The seed's questions for one variant on ``roof``.
+def analyse_variant(name: str, roof: Roof, s: int = 8192) -> VariantAnalysis:
+    """The seed's questions for one variant on ``roof``, and its stage tables at ``s``.
 
     >>> from attnroof.devices import get_device
     >>> a = analyse_variant("linear", Roof.of(get_device("h200"), "bf16"))
@@ -220,9 +228,8 @@ def analyse_variant(name: str, roof: Roof) -> VariantAnalysis:
         for n in DECODE_CONTEXTS
         for c in [v.decode(n)]
     ]
-    return VariantAnalysis(
-        v.name, v.layer, sweep, lim, lim_text, cross if isinstance(cross, int) else None, dec
-    )
+    crossing = cross if isinstance(cross, int) else None
+    return VariantAnalysis(v.name, v.layer, sweep, lim, lim_text, crossing, dec, s, v.prefill(s), v.decode(s))
 
 
 # ---------------------------------------------------------------- hybrid caches

@@ -116,7 +116,7 @@ def _beyond(args: argparse.Namespace) -> int:
         raise InputError(f"--cache-factor {args.cache_factor:g}: a factor above 1", param="--cache-factor")
     dev, _, roof = roof_from_args(args)
     names = list(VARIANTS) if args.variant == "all" else [args.variant]
-    variants = [analyse_variant(n, roof) for n in names]
+    variants = [analyse_variant(n, roof, args.s) for n in names]
     caches = [c for m in HYBRID_MODELS if (c := compare_cache(m, args.cache_factor)) is not None]
     if args.json:
         emit_json({"device": dev.to_json(), "ridge": roof.ridge, "variants": [v.to_json() for v in variants],

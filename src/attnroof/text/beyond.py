@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from attnroof.beyond import CacheComparison, VariantAnalysis
 from attnroof.devices import Device
 from attnroof.roofline import Roof
-from attnroof.text.render import device_line, nbytes, num, table
+from attnroof.text.render import device_line, flops, nbytes, num, stage_rows, table
 
 
 def _cross(a: VariantAnalysis, roof: Roof) -> str:
@@ -23,6 +23,8 @@ def beyond_markdown(
     dev: Device, roof: Roof, variants: Sequence[VariantAnalysis], caches: Sequence[CacheComparison]
 ) -> str:
     out = ["## Part H — Attention beyond softmax", "", device_line(dev, roof), ""]
+    if len(variants) == 1:  # one variant: its stage tables first, as the seed's part B
+        out += _stages(variants[0])
     sizes = [s for s, _ in variants[0].sweep]
     rows = []
     for a in variants:
@@ -73,3 +75,17 @@ def beyond_markdown(
             "",
         ]
     return "\n".join(out)
+
+
+def _stages(a: VariantAnalysis) -> list[str]:
+    out: list[str] = []
+    for what, cost in (
+        ("prefill of s", a.prefill_cost),
+        ("one decode token at a context of s", a.decode_cost),
+    ):
+        if cost is None:
+            continue
+        rows = [*stage_rows(cost), ["total", flops(cost.flops), "", "", nbytes(cost.bytes)]]
+        out += [f"### H0. {a.name}: {what} = {a.s:,}, {num(cost.flops / cost.bytes)} FLOP/byte", ""]
+        out += [table(["stage", "FLOPs", "reads", "writes", "bytes"], rows, "lrllr"), ""]
+    return out
