@@ -128,7 +128,10 @@ def test_cli_pass_flag_and_crossover():
 def test_every_operator_has_each_pass(which: str):
     from attnroof.operators import OPERATORS
 
-    assert all(callable(pass_formula(name, which)) for name in OPERATORS)
+    # issue 23: the recurrent decode steps and DeepSeek's sparse attention have no backward
+    # (tests/test_operators.py's NO_BACKWARD): asking for it is refused in one line
+    no_backward = {"linear attention step", "ssd step", "selective scan step", "sparse attention"}
+    assert all(callable(pass_formula(name, which)) for name in OPERATORS if name not in no_backward)
 
 
 def test_sheet_part_g():

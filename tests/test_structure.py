@@ -232,6 +232,7 @@ PACKAGE_RANKS = [
     {"operators", "solve"},
     {"attnroof", "analysis", "passes"},
     {"sheet", "sheet_backward", "model"},
+    {"beyond"},  # attention beyond softmax (issue 23): the variants, and the hybrids' caches
     {"calibration", "measure"},
     {"serve"},
     {"text"},
@@ -244,11 +245,13 @@ PACKAGE_RANKS = [
 
 MODEL_RANKS = [
     {"fields", "train_options", "schedules"},
-    {"architectures", "unmodelled", "quantization"},
+    {"architectures", "unmodelled", "quantization", "hybrid"},
     {"spec"},  # the config's shapes
     {"hf_config", "hub"},  # reading a config, finding its file
+    {"hybrid_config"},  # a hybrid's config (issue 23): its family's fields, then the base reader
     {"config"},  # a model by name, path or repository
     {"rows", "shard"},  # a layer's rows; a row cut for one device
+    {"hybrid_rows"},  # a hybrid's layer rows (issue 23)
     {"layers", "parallel"},  # the layer table; plans and their groups
     {"weights"},  # the weights by format
     {"costs", "memory", "notes"},  # a step's operators and memory

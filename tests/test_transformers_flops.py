@@ -61,8 +61,13 @@ from attnroof.ops.linear import BIAS_FLOPS_PER_ELEMENT  # noqa: E402
 from attnroof.roofline import Roof  # noqa: E402
 
 PUBLISHED = Path(__file__).parent / "data" / "configs"
+HYBRIDS = frozenset(
+    {"qwen3-next-80b-a3b", "nemotron-h-8b", "granite-4.0-h-tiny", "jamba-mini-1.5", "llama-4-scout",
+     "mamba2-2.7b", "falcon-h1-7b", "deepseek-v3.2-exp"}
+)  # fmt: skip
+"""Issue 23's models: their mixers count differently in FlopCounterMode (tests/test_hybrid_transformers.py)."""
 CONFIG_FILES = {p.stem: p for p in sorted(PUBLISHED.glob("*.json"))} | {
-    p.stem: p for p in sorted(CONFIGS.glob("*.json"))
+    p.stem: p for p in sorted(CONFIGS.glob("*.json")) if p.stem not in HYBRIDS
 }
 """Every built-in config and every published one (a built-in wins over its published copy)."""
 

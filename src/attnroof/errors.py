@@ -155,12 +155,23 @@ def _clip(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def loads_strict(text: str) -> Any:
+def _infinity(name: str) -> Any:
+    """``Infinity`` and ``-Infinity`` as floats (model configs: Python's JSON writes them); NaN
+    stays refused."""
+    if name == "Infinity":
+        return math.inf
+    if name == "-Infinity":
+        return -math.inf
+    return _no_constants(name)
+
+
+def loads_strict(text: str, *, infinity: bool = False) -> Any:
     """``json.loads`` for files a user hands attnroof: strict JSON, every number finite.
 
     Raises :class:`json.JSONDecodeError` for a syntax error and :class:`NotStrictJSON` for
     everything else that is not data (see there): never ``RecursionError`` or a bare
-    ``ValueError``.
+    ``ValueError``. ``infinity``: read ``Infinity`` as a float (a model config's reader then
+    refuses it wherever it is not allowed, naming the field).
 
     >>> loads_strict('{"time_s": NaN}')
     Traceback (most recent call last):
@@ -168,8 +179,9 @@ def loads_strict(text: str) -> Any:
     attnroof.errors.NotStrictJSON: NaN is not a JSON number (JSON has no NaN or infinity)
     """
     try:
+        constant = _infinity if infinity else _no_constants
         return json.loads(
-            text, parse_constant=_no_constants, parse_float=_finite_float, object_pairs_hook=_unique_keys
+            text, parse_constant=constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
         )
     except (json.JSONDecodeError, NotStrictJSON):
         raise
@@ -181,21 +193,23 @@ def loads_strict(text: str) -> Any:
         raise NotStrictJSON(_clip(str(e), 120)) from None
 
 
-def parse_json(text: str, where: str, error: type[AttnroofError]) -> Any:
+def parse_json(text: str, where: str, error: type[AttnroofError], *, infinity: bool = False) -> Any:
     """:func:`loads_strict`, with any problem raised as ``error("<where>: ...")`` on one line."""
     try:
-        return loads_strict(text)
+        return loads_strict(text, infinity=infinity)
     except json.JSONDecodeError as e:
         raise error(f"{where}: not valid JSON: {e}") from None
     except NotStrictJSON as e:
         raise error(f"{where}: not valid JSON data: {e}") from None
 
 
-def read_json(path: str | os.PathLike[str], what: str, error: type[AttnroofError]) -> Any:
+def read_json(
+    path: str | os.PathLike[str], what: str, error: type[AttnroofError], *, infinity: bool = False
+) -> Any:
     """A user's JSON file (a model config, a ceilings file), parsed strictly (see
     :func:`loads_strict`); ``error`` names the file and the reason if it can't be read as data
     (an empty one, ``/dev/null``, is said to be empty rather than to lack a value at column 1)."""
     text = read_text(path, what, error)
     if not text.strip():
         raise error(f"cannot read {what} {str(path)!r}: it is empty")
-    return parse_json(text, f"{what} {str(path)!r}", error)
+    return parse_json(text, f"{what} {str(path)!r}", error, infinity=infinity)

@@ -41,7 +41,7 @@ formulas return a :class:`~attnroof.ops.collectives.Comm` for the link roof, and
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
     >>> sorted(o for o in OPERATORS if OPERATORS[o].kind != COLLECTIVE)
-    ['activation', 'add', 'attention', 'chunk', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'norm', 'softmax']
+    ['activation', 'add', 'attention', 'chunk', 'chunked attention', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'linear attention', 'linear attention step', 'norm', 'selective scan', 'selective scan step', 'softmax', 'sparse attention', 'ssd', 'ssd step']
     >>> [o for o in OPERATORS if OPERATORS[o].kind == COLLECTIVE]
     ['all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'send/recv']
 
@@ -61,7 +61,7 @@ from typing import Any, NamedTuple
 
 from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
-from attnroof.ops import attention, decode, linear
+from attnroof.ops import attention, chunked, decode, linear, recurrent, sparse
 from attnroof.ops import backward as bwd
 from attnroof.ops import collectives as coll
 from attnroof.ops.attention import MASK, QK, SOFTMAX, causal_band, causal_half, chunk
@@ -541,9 +541,8 @@ register(
 
 def _bind_copy(i: OpInstance, st: Step) -> Call:
     p = st.prec
-    kw = dict(
-        read_itemsize=p.itemsize, write_itemsize=p.kv_itemsize, name=_kernel(i), tensor=i.shape["tensor"]
-    )
+    write = i.shape.get("write_itemsize", p.kv_itemsize)  # DSA's index keys: fp8 whatever the cache
+    kw = dict(read_itemsize=p.itemsize, write_itemsize=write, name=_kernel(i), tensor=i.shape["tensor"])
     return Call((st.tokens() * i.shape["elements_per_token"],), kw)
 
 
@@ -600,6 +599,171 @@ register(
     cuts={COLUMN: cut_width("m"), ROW: cut_width("k")}, routed=True, saved=_saved_experts,
     matmul=lambda i: i.shape["top_k"] * i.shape["k"] * i.shape["m"], measured_as="linear",
     weight_gradient=bwd.weight_gradient_stages,
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------- beyond softmax (issue 23)
+# Linear attention (gated DeltaNet), state-space scans (Mamba-2's SSD, Mamba-1's selective scan),
+# chunked local attention (Llama 4) and DeepSeek's sparse attention. The recurrent mixers keep a
+# fixed state per sequence (``state_elements`` in the shape: what the cache holds whatever the
+# context) and form no score matrix (their ``heads`` rule: 0). None has a context-parallel rule:
+# ``--cp`` refuses them in one line (the state would have to pass from device to device).
+
+
+def _no_score_matrix(shape: Mapping[str, Any]) -> int:
+    """A recurrent mixer forms no s × s score matrix."""
+    return 0
+
+
+def _recurrent_kwargs(i: OpInstance, st: Step, keys: tuple[str, ...]) -> dict[str, Any]:
+    p = st.prec
+    return dict(
+        batch=st.batch, itemsize=p.itemsize, state_itemsize=p.kv_itemsize, weight_itemsize=p.weight_bytes(i),
+        **{k: i.shape[k] for k in keys},
+    )  # fmt: skip
+
+
+GDN_STEP_KEYS = ("heads", "key_heads", "key_dim", "value_dim", "conv_kernel")
+
+
+def _bind_gdn(i: OpInstance, st: Step) -> Call:
+    """Prefill: the chunked kernels over the context; decode: the recurrent step."""
+    kw = _recurrent_kwargs(i, st, (*GDN_STEP_KEYS, "conv_bias"))
+    if st.phase == PREFILL:
+        return Call((st.context,), {**kw, "chunk": i.shape["chunk"]})
+    return Call((), kw, via="linear attention step")
+
+
+def _cut_gdn(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """Heads t ways (value and key heads, and so the conv's channels and the state)."""
+    cut = {**shape, "heads": math.ceil(shape["heads"] / t), "key_heads": math.ceil(shape["key_heads"] / t)}
+    cut["state_elements"] = recurrent.gdn_state_elements(*(cut[k] for k in GDN_STEP_KEYS))
+    return cut, 1 / t
+
+
+def _saved_gdn(i: OpInstance, s: Saving) -> Num:
+    """The conv's input, then q, k, v, g, β and A⁻¹ (flash-linear-attention's saved tensors;
+    w, u and the chunk states are recomputed)."""
+    sh = i.shape
+    conv = recurrent.conv_channels_gdn(sh["heads"], sh["key_heads"], sh["key_dim"], sh["value_dim"])
+    per_head = 2 * sh["key_dim"] + sh["value_dim"] + 2 + sh["chunk"]
+    return s.tokens * (conv + sh["heads"] * per_head) * s.itemsize
+
+
+register(
+    "linear attention", recurrent.gated_delta_rule, kind=ATTENTION, backward=recurrent.gated_delta_rule_backward,
+    bind=_bind_gdn, cuts={HEADS: _cut_gdn}, saved=_saved_gdn, heads=_no_score_matrix, weight_gradient=no_weights,
+)  # fmt: skip
+register("linear attention step", recurrent.gated_delta_step, kind=ATTENTION, weight_gradient=no_weights)
+
+SSD_STEP_KEYS = ("heads", "head_dim", "state", "groups", "conv_kernel")
+
+
+def _bind_ssd(i: OpInstance, st: Step) -> Call:
+    kw = _recurrent_kwargs(i, st, (*SSD_STEP_KEYS, "conv_bias"))
+    if st.phase == PREFILL:
+        return Call((st.context,), {**kw, "chunk": i.shape["chunk"]})
+    return Call((), kw, via="ssd step")
+
+
+def _cut_ssd(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """Heads t ways; B and C's groups too, or one each where there are fewer groups than
+    devices (Megatron's Mamba mixer: ngroups a multiple of the TP degree, or replicated)."""
+    cut = {**shape, "heads": math.ceil(shape["heads"] / t), "groups": kv_heads_kept(shape["groups"], t)}
+    cut["state_elements"] = recurrent.ssd_state_elements(*(cut[k] for k in SSD_STEP_KEYS))
+    return cut, 1 / t
+
+
+def _saved_ssd(i: OpInstance, s: Saving) -> Num:
+    """The conv's input and dt (mamba_ssm's fused split-conv-scan recomputes the conv's output)."""
+    sh = i.shape
+    conv = recurrent.conv_channels_ssd(sh["heads"], sh["head_dim"], sh["state"], sh["groups"])
+    return s.tokens * (conv + sh["heads"]) * s.itemsize
+
+
+register(
+    "ssd", recurrent.ssd, kind=ATTENTION, backward=recurrent.ssd_backward, bind=_bind_ssd, cuts={HEADS: _cut_ssd},
+    saved=_saved_ssd, heads=_no_score_matrix, weight_gradient=no_weights,
+)  # fmt: skip
+register("ssd step", recurrent.ssd_step, kind=ATTENTION, weight_gradient=no_weights)
+
+SCAN_STEP_KEYS = ("channels", "state", "conv_kernel")
+
+
+def _bind_scan(i: OpInstance, st: Step) -> Call:
+    kw = _recurrent_kwargs(i, st, (*SCAN_STEP_KEYS, "conv_bias"))
+    if st.phase == PREFILL:
+        return Call((st.context,), kw)
+    return Call((), kw, via="selective scan step")
+
+
+def _cut_scan(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    cut = {**shape, "channels": math.ceil(shape["channels"] / t)}
+    cut["state_elements"] = recurrent.scan_state_elements(*(cut[k] for k in SCAN_STEP_KEYS))
+    return cut, 1 / t
+
+
+def _saved_scan(i: OpInstance, s: Saving) -> Num:
+    """The conv's input, and u, Δ, z, B and C (mamba_ssm's ``selective_scan_fn``)."""
+    return s.tokens * (4 * i.shape["channels"] + 2 * i.shape["state"]) * s.itemsize
+
+
+register(
+    "selective scan", recurrent.selective_scan, kind=ATTENTION, backward=recurrent.selective_scan_backward,
+    bind=_bind_scan, cuts={HEADS: _cut_scan}, saved=_saved_scan, heads=_no_score_matrix,
+    weight_gradient=no_weights,
+)  # fmt: skip
+register("selective scan step", recurrent.selective_scan_step, kind=ATTENTION, weight_gradient=no_weights)
+
+
+def _bind_chunked(i: OpInstance, st: Step) -> Call:
+    """Prefill: causal attention within each chunk; decode: the current chunk's keys only
+    (the ``decode`` formulas over :func:`~attnroof.ops.chunked.chunk_position` keys)."""
+    kw = _attention_kwargs(i, st)
+    d, c = i.shape["head_dim"], i.shape["attention_chunk"]
+    if st.phase == PREFILL:
+        return Call((st.context, d), {**kw, "chunk": c})
+    return Call((chunked.chunk_position(st.context, c), d), kw, via="decode")
+
+
+def _saved_chunked(i: OpInstance, s: Saving) -> Num:
+    """Q, K and V, and the row statistics (fused) or the chunks' P (unfused)."""
+    heads = _attention_heads(i.shape)
+    qkv = s.tokens * (heads + 2 * i.shape["kv_heads"]) * i.shape["head_dim"] * s.itemsize
+    if s.selective:
+        return qkv
+    if s.fused:
+        return qkv + s.batch * s.context * heads * FP32_BYTES
+    return qkv + s.batch * heads * chunked.chunk_scores(s.context, i.shape["attention_chunk"]) * s.itemsize
+
+
+register(
+    "chunked attention", chunked.chunked_attention, kind=ATTENTION, backward=chunked.chunked_attention_backward,
+    bind=_bind_chunked, cuts={HEADS: _cut_attention}, saved=_saved_chunked, selective=_selective_attention,
+    heads=_attention_heads, measured_as="attention", weight_gradient=no_weights,
+)  # fmt: skip
+
+SPARSE_KEYS = (*LATENT_WIDTHS, "index_heads", "index_head_dim", "top_k")
+
+
+def _bind_sparse(i: OpInstance, st: Step) -> Call:
+    """The indexer and latent attention over the top-k, in the step's ``latent_form`` at prefill
+    and decode alike: absorbed by default, MLA's MQA mode, as DeepSeek runs DSA (naive is what
+    transformers runs)."""
+    p = st.prec
+    kw: dict[str, Any] = dict(
+        fused=st.fused, batch=st.batch, itemsize=p.itemsize, kv_itemsize=p.kv_itemsize,
+        weight_itemsize=p.weight_bytes(i), softmax_flops_per_element=st.softmax_flops_per_element,
+        **{k: i.shape[k] for k in SPARSE_KEYS},
+    )  # fmt: skip
+    if st.phase == PREFILL:
+        return Call((st.context, st.context), {**kw, "causal": True, "form": st.latent_form})
+    return Call((1, st.context), {**kw, "form": st.latent_form})
+
+
+register(
+    "sparse attention", sparse.sparse_attention, kind=ATTENTION, bind=_bind_sparse, cuts={HEADS: _cut_latent},
+    heads=lambda shape: shape["heads"], matmul=lambda i: i.params, weight_gradient=bwd.weight_gradient_stages,
 )  # fmt: skip
 
 

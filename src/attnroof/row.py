@@ -155,12 +155,26 @@ class OpInstance:
         (4096, 1024)
         """
         window = self.shape.get("window")
+        if window is None:
+            window = self.shape.get("attention_chunk")  # chunked attention: the current chunk
         return context if window is None else arrays.minimum(context, window)
 
     @property
     def kv_elements_per_token(self) -> int:
         """Elements one token adds to this instance's KV cache (per run)."""
         return self.shape.get("kv_elements_per_token", 0)
+
+    @property
+    def fixed_cache_bytes_per_token(self) -> int:
+        """Bytes one cached token keeps in this instance whatever the cache's dtype (DeepSeek's
+        index keys: fp8 and a scale; issue 23)."""
+        return self.shape.get("fixed_cache_bytes_per_token", 0)
+
+    @property
+    def state_elements(self) -> int:
+        """Elements of the fixed state one sequence keeps in this instance, whatever its context
+        (a linear-attention or state-space mixer's state and conv state; issue 23)."""
+        return self.shape.get("state_elements", 0)
 
     def key(self) -> tuple[Any, ...]:
         """What makes two rows the same row (everything but the count)."""

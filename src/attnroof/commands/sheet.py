@@ -78,19 +78,60 @@ def sheet_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+VARIANT_NAMES = ("all", "softmax", "softmax-unfused", "chunked", "sparse", "linear", "mamba2", "mamba")
+"""``--variant``: part H, attention beyond softmax (:mod:`attnroof.beyond`; issue 23)."""
+HYBRID_MODELS = ("qwen3-next-80b-a3b", "nemotron-h-8b", "granite-4.0-h-tiny", "jamba-mini-1.5", "llama-4-scout",
+                 "falcon-h1-7b")  # fmt: skip
+"""The hybrids part H compares with their all-attention twins."""
+
+
 def _setup(p: argparse.ArgumentParser) -> None:
     from attnroof.commands._passes import add_pass_arg
 
     add_sheet_args(p)
     add_pass_arg(p)  # bwd or fwd+bwd: part G, the backward pass
+    p.add_argument(
+        "--variant",
+        choices=VARIANT_NAMES,
+        default=None,
+        help="part H alone: attention beyond softmax, one variant or all, and the hybrids' caches",
+    )
+    p.add_argument(
+        "--cache-factor",
+        type=float,
+        default=2.0,
+        metavar="F",
+        help="part H: the context from which a hybrid's cache is F times smaller than its all-attention twin's (default 2)",
+    )
     add_device_args(p)
     add_json_arg(p)
+
+
+def _beyond(args: argparse.Namespace) -> int:
+    from attnroof.beyond import VARIANTS, analyse_variant, compare_cache
+    from attnroof.errors import InputError
+    from attnroof.text.beyond import beyond_markdown
+
+    if not (1 < args.cache_factor < float("inf")):
+        raise InputError(f"--cache-factor {args.cache_factor:g}: a factor above 1", param="--cache-factor")
+    dev, _, roof = roof_from_args(args)
+    names = list(VARIANTS) if args.variant == "all" else [args.variant]
+    variants = [analyse_variant(n, roof, args.s) for n in names]
+    caches = [c for m in HYBRID_MODELS if (c := compare_cache(m, args.cache_factor)) is not None]
+    if args.json:
+        emit_json({"device": dev.to_json(), "ridge": roof.ridge, "variants": [v.to_json() for v in variants],
+                   "hybrid_caches": [c.to_json() for c in caches]})  # fmt: skip
+    else:
+        print(beyond_markdown(dev, roof, variants, caches), end="")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     from attnroof.sheet import build_sheet
     from attnroof.text.sheet import render_sheet
 
+    if args.variant is not None:
+        return _beyond(args)
     dev, dt, _ = roof_from_args(args)
     sh = build_sheet(dev, dt, **sheet_kwargs(args))
     if args.pass_ != "fwd":

@@ -10,6 +10,7 @@ from attnroof.model.config import (
     load_config_file,
 )
 from attnroof.model.hf_config import from_hf
+from attnroof.model.hybrid_config import from_config
 
 __all__ = [
     "ModelConfig",
@@ -17,6 +18,7 @@ __all__ = [
     "UnknownModel",
     "builtin",
     "builtin_names",
+    "from_config",
     "from_hf",
     "get_model",
     "load_config_file",

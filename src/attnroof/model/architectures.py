@@ -22,7 +22,7 @@ Layers that share a window and an MLP are one :class:`LayerKind`; a model is its
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
@@ -98,6 +98,11 @@ class LayerKind:
 
     window: int | None = None
     moe: bool = False
+    mixer: str = field(default="attention", repr=False)
+    """What mixes the tokens (:data:`attnroof.model.hybrid.MIXERS`): softmax attention unless a
+    hybrid's config says otherwise (issue 23)."""
+    mlp: bool = field(default=True, repr=False)
+    """Whether the layer has an MLP (Nemotron-H's Mamba and attention blocks have none)."""
 
 
 @dataclass(frozen=True, slots=True)

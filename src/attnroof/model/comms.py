@@ -233,21 +233,39 @@ def context_ring(
     return out
 
 
+def tp_blocks(model: ModelConfig, shard: Shard) -> tuple[int, int]:
+    """The device's layers with a mixer block and with an MLP block: each ends in a row-parallel
+    GEMM and its all-reduce (every layer has both, but a hybrid's: Nemotron-H's blocks are one or
+    the other, Mamba-2's have no MLP; issue 23).
+
+    >>> from attnroof.model.config import builtin
+    >>> from attnroof.model.parallel import Shard
+    >>> tp_blocks(builtin("nemotron-h-8b"), Shard(tp=2, ep=1, first=0, stop=52))   # 24 Mamba-2 + 4 attention; 24 MLP
+    (28, 24)
+    """
+    mixers = mlps = 0
+    for first, stop in shard.ranges:
+        for kind, n in model.layer_kinds(first, stop).items():
+            mixers += n * (kind.mixer != "none")
+            mlps += n * kind.mlp
+    return mixers, mlps
+
+
 def stage_comms(
     model: ModelConfig, plan: Plan, shard: Shard, step: Step, links: Links, *, last: bool
 ) -> list[CommOp]:
     """The collectives one device of ``shard`` runs in one micro-batch's ``step``."""
     out: list[CommOp] = []
     n, item = step.tokens(), step.prec.itemsize
-    layers = shard.layers
     t = plan.tp
     if t > 1:
         link = group_link(links, t, 1, f"--tp {t}")
         block = n * model.hidden * item  # a block's output, summed over the TP group
         if shard.first == 0:
             out += block_reduce(block, t, link, EMBEDDING, 1, sp=plan.sp, name="embedding all-reduce")
-        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="attention all-reduce")
-        out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name="MLP all-reduce")
+        mixers, mlps = tp_blocks(model, shard)
+        out += block_reduce(block, t, link, LAYER, mixers, sp=plan.sp, name="attention all-reduce")
+        out += block_reduce(block, t, link, LAYER, mlps, sp=plan.sp, name="MLP all-reduce")
         if last:  # the last tokens' logits, V/t of them on each device, gathered whole
             logits = step.tokens("last") * model.vocab * item
             out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))

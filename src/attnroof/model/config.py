@@ -12,13 +12,15 @@ KV heads default to the query heads (plain multi-head attention); ``head_dim`` t
 hidden / heads; GPT-2's ``n_inner`` to 4 × hidden; word embeddings are tied for GPT-2 and Gemma
 and untied otherwise; the norm is RMSNorm when the config has ``rms_norm_eps``, else LayerNorm.
 
-A config is read as strictly as a device file: strict JSON (no ``NaN``/``Infinity``), every size
+A config is read as strictly as a device file: strict JSON (no ``NaN``; ``Infinity`` only where
+a published config holds it, Mamba-2's ``time_step_limit``), every size
 a positive integer below :data:`MAX_CONFIG_INT`, at most :data:`MAX_LAYERS` layers, layer numbers
 inside the model, a ``model_type`` attnroof reads (:data:`attnroof.model.hf_config.FAMILIES`), and
 any field that changes the arithmetic in a way attnroof does not model (chunked attention,
-encoder-decoder, state-space layers) refused by name rather than counted as something else (see
+encoder-decoder) refused by name rather than counted as something else (see
 :func:`unmodelled`). Mixture-of-experts, latent attention and sliding windows on all or some
-layers are modelled (:mod:`attnroof.model.architectures`). Fields that change nothing attnroof
+layers are modelled (:mod:`attnroof.model.architectures`); so are the hybrids' linear-attention,
+state-space, sparse and chunked layers (:mod:`attnroof.model.hybrid_config`). Fields that change nothing attnroof
 counts (rope settings, dropout, token ids, ...) are ignored.
 """
 
@@ -32,8 +34,8 @@ from typing import Any
 
 from attnroof.errors import InputError, loads_strict, read_json
 from attnroof.model.fields import ModelConfigError
-from attnroof.model.hf_config import from_hf
 from attnroof.model.hub import cached_config, download_config, is_repo_id
+from attnroof.model.hybrid_config import from_config
 from attnroof.model.spec import ModelConfig
 
 __all__ = [  # ModelConfig lives in attnroof.model.spec (below the readers); re-exported here
@@ -56,11 +58,11 @@ CONFIGS = Path(__file__).with_name("configs")
 def load_config_file(path: str | os.PathLike[str]) -> ModelConfig:
     """Read a local ``config.json``; :class:`ModelConfigError` if unreadable or malformed."""
     p = Path(path)
-    cfg = read_json(p, "model config", ModelConfigError)
+    cfg = read_json(p, "model config", ModelConfigError, infinity=True)
     default = p.parent.name if p.name == "config.json" and p.parent.name else p.stem
     name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
 
-    return from_hf(cfg, name if isinstance(name, str) and name else default, str(p))
+    return from_config(cfg, name if isinstance(name, str) and name else default, str(p))
 
 
 def _key(name: str) -> str:
@@ -76,7 +78,7 @@ def builtin_names() -> list[str]:
 
 def _builtin_raw(name: str) -> dict[str, Any]:
     path = CONFIGS / f"{name}.json"
-    return loads_strict(path.read_text(encoding="utf-8"))
+    return loads_strict(path.read_text(encoding="utf-8"), infinity=True)
 
 
 def builtin(name: str) -> ModelConfig:
@@ -93,7 +95,7 @@ def builtin(name: str) -> ModelConfig:
     if wanted in labels:
         n = labels[wanted]
 
-        return from_hf(_builtin_raw(n), n, f"built-in {n}")
+        return from_config(_builtin_raw(n), n, f"built-in {n}")
     close = difflib.get_close_matches(wanted, list(labels), n=3, cutoff=0.5)
     hint = ""
     if close:
@@ -133,4 +135,4 @@ def hub_model(repo_id: str) -> ModelConfig:
             return builtin(repo_id)
         except UnknownModel:
             path = download_config(repo_id)
-    return from_hf(read_json(path, "model config", ModelConfigError), repo_id, str(path))
+    return from_config(read_json(path, "model config", ModelConfigError, infinity=True), repo_id, str(path))

@@ -36,7 +36,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from attnroof.model import rows
+from attnroof.model import hybrid_rows, rows
 from attnroof.model.quantization import stored_formats
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
@@ -155,10 +155,15 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
     last = model.layers if stop is None else stop
     first_rows: dict[tuple[Any, ...], OpInstance] = {}
     counts: dict[tuple[Any, ...], int] = {}
+    mixed_mixers = len({kind.mixer for kind in every}) > 1
     for kind, n in model.layer_kinds(first, last).items():
         attn_kind = (LOCAL if kind.window is not None else GLOBAL) if mixed_windows else LAYER
         mlp_kind = (MOE if kind.moe else DENSE_MLP) if mixed_mlp else LAYER
-        for row in rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows):
+        if model.mixers is None:
+            built = rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows)
+        else:  # a hybrid's layer (issue 23)
+            built = hybrid_rows.layer_rows(model, kind, mlp_kind, mixed=mixed_mixers)
+        for row in built:
             k = row.key()
             first_rows.setdefault(k, row)
             counts[k] = counts.get(k, 0) + n

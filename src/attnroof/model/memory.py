@@ -44,7 +44,9 @@ def kv_cache_bytes_per_token(model: ModelConfig, kv_itemsize: float, shard: Shar
     >>> kv_cache_bytes_per_token(builtin("llama-3.1-8b"), 2)     # 32 × 2 × 8 × 128 × 2
     131072
     """
-    return sum(i.count * i.kv_elements_per_token for i in layer_table(model, shard)) * kv_itemsize
+    table = layer_table(model, shard)
+    fixed = sum(i.count * i.fixed_cache_bytes_per_token for i in table)  # DSA's fp8 index keys
+    return sum(i.count * i.kv_elements_per_token for i in table) * kv_itemsize + fixed
 
 
 def weights_read(
@@ -85,17 +87,22 @@ def kv_cache_bytes_per_sequence(
     model: ModelConfig, context: Num, kv_itemsize: float, shard: Shard | None = None
 ) -> Num:
     """Bytes of one sequence's KV cache at ``context`` tokens: each attention instance keeps its
-    own cached tokens (all of them, or its window).
+    own cached tokens (all of them, or its window), and each recurrent mixer its fixed state.
 
     >>> from attnroof.model.config import builtin
     >>> kv_cache_bytes_per_sequence(builtin("mistral-7b"), 32768, 2)   # 32 × 2 × 8 × 128 × 2 × 4096
     536870912
     """
     total: Num = 0
+    fixed: Num = 0
     for i in layer_table(model, shard):
         if i.kv_elements_per_token:
             total = total + i.count * i.kv_elements_per_token * i.cached_tokens(context)
-    return total * kv_itemsize
+        if i.state_elements:  # a recurrent mixer's fixed state (issue 23), in the cache's dtype
+            total = total + i.count * i.state_elements
+        if i.fixed_cache_bytes_per_token:  # DSA's index keys, fp8 whatever the cache's dtype
+            fixed = fixed + i.count * i.fixed_cache_bytes_per_token * i.cached_tokens(context)
+    return total * kv_itemsize + fixed
 
 
 def activation_bytes(

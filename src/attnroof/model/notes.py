@@ -5,7 +5,7 @@ window keeps, how small an uncounted term is), so it can be checked.
 
 from __future__ import annotations
 
-from attnroof.model.layers import DECODE, Precision
+from attnroof.model.layers import DECODE, Precision, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.model.weights import weights_by_format
 from attnroof.ops.attention import causal_band, causal_half
@@ -49,6 +49,8 @@ def step_notes(
                 f"sliding window {w} on {where}: prefill computes the band within the window there, "
                 f"{share:.0%} of the causal scores"
             )
+    if m.mixers is not None:
+        notes.append(cache_note(m, context, prec.kv_itemsize))
     if m.experts is not None:
         notes.append(_experts_note(m, phase, batch, context, routing))
     if m.latent is not None:
@@ -119,3 +121,26 @@ def _experts_note(m: ModelConfig, phase: str, batch: int, context: int, routing:
         f"{touched:.1f} of {ex.experts} per layer ({how}), {tokens * ex.top_k / touched:.1f} tokens each; expert GEMMs need "
         f"E/k = {ratio:g}× the batch of a dense layer to reach the ridge"
     )
+
+
+def cache_note(model: ModelConfig, context: int, kv_itemsize: float) -> str:
+    """A hybrid's cache per sequence, layer kind by layer kind (issue 23): K and V (or a latent)
+    per cached token where a layer attends, a fixed state where it scans.
+
+    >>> from attnroof.model.config import builtin
+    >>> cache_note(builtin("qwen3-next-80b-a3b"), 131072, 2)
+    'cache per sequence at 131072 tokens: linear attention (gated DeltaNet) 36 layers × 1097728 B (state) + attention 12 layers × 131072 tokens × 2048 B (K,V) = 3260743680 B'
+    """
+    parts, total = [], 0.0
+    for i in layer_table(model):
+        if i.kv_elements_per_token or i.fixed_cache_bytes_per_token:
+            tokens = i.cached_tokens(context)
+            each = i.kv_elements_per_token * kv_itemsize + i.fixed_cache_bytes_per_token
+            what = "K,V" if not i.fixed_cache_bytes_per_token else "latent and fp8 index key"
+            parts.append(f"{i.name} {i.count} layers × {tokens} tokens × {each:.0f} B ({what})")
+            total += i.count * tokens * each
+        if i.state_elements:
+            each = i.state_elements * kv_itemsize
+            parts.append(f"{i.name} {i.count} layers × {each:.0f} B (state)")
+            total += i.count * each
+    return f"cache per sequence at {context} tokens: {' + '.join(parts)} = {total:.0f} B"

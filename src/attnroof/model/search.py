@@ -50,12 +50,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnroof.errors import InputError
+from attnroof.model.layers import layer_table
 from attnroof.model.parallel import Plan
 from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1, check_schedule, chunks
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE
+from attnroof.operators import ATTENTION, rule
 
 RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
@@ -72,7 +74,9 @@ NOT_BATCH = "DP does not divide the batch"
 NOT_SEQUENCE = "the micro-batch's tokens do not split over TP (sequence parallelism)"
 NOT_FIT = "does not fit in memory"
 NOT_SCHEDULE = "the pipeline schedule's rules (micro-batches, layer chunks) do not hold"
-NOT_CP = "CP cannot run this step (decode, windowed or latent attention)"
+NOT_CP = (
+    "CP cannot run this step (decode; windowed, latent, chunked, sparse, linear or state-space attention)"
+)
 NOT_CONTEXT = "the context does not cut into 2·CP chunks"
 NOT_EXPERT_WIDTH = "ETP does not divide the expert width"
 FILTERED = "left out by --where"
@@ -226,6 +230,12 @@ def _pipelines(
         yield name, v
 
 
+def _cp_runs(model: ModelConfig) -> bool:
+    """Whether every attention-kind row's entry runs under context parallelism (a linear-attention
+    or state-space mixer does not: its state would pass from device to device; issue 23)."""
+    return all(rule(r).context_parallel for r in layer_table(model) if rule(r).kind == ATTENTION)
+
+
 def _context_splits(
     model: ModelConfig, phase: str, context: int, room: int, allowed: tuple[int, ...] | None,
     rejected: Counter[str],
@@ -238,7 +248,7 @@ def _context_splits(
             continue
         if c == 1:
             yield 1
-        elif phase == "decode" or model.latent is not None or model.windowed_layers:
+        elif phase == "decode" or model.latent is not None or model.windowed_layers or not _cp_runs(model):
             rejected[NOT_CP] += 1
         elif context % (2 * c):
             rejected[NOT_CONTEXT] += 1

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
+from attnroof.model.hybrid import Mixers
 from attnroof.model.quantization import Quantization
 
 QK_NORM_HEAD = "head"
@@ -71,6 +72,9 @@ class ModelConfig:
     quantization: Quantization | None = None
     """The checkpoint's ``quantization_config``: the format its converted weights are stored in
     (DeepSeek-V3's fp8 blocks, gpt-oss's MXFP4 experts), which the layer table's rows carry."""
+    mixers: Mixers | None = None
+    """A hybrid's linear-attention, state-space, sparse or chunked mixers (issue 23); None: every
+    layer's mixer is softmax attention."""
 
     @property
     def group(self) -> int:
@@ -154,4 +158,6 @@ class ModelConfig:
             out["final_logit_softcap"] = self.final_softcap
         if self.quantization is not None:
             out["quantization"] = self.quantization.to_json()
+        if self.mixers is not None:
+            out["mixers"] = self.mixers.to_json()
         return out

@@ -77,6 +77,7 @@ from attnroof.model.comms import (
     context_ring,
     expert_exchange,
     stage_send,
+    tp_blocks,
 )
 from attnroof.model.costs import Op
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
@@ -132,7 +133,6 @@ def tp_comms(
         return []
     link = group_link(links, t, 1, f"--tp {t}")
     block = tokens * model.hidden * itemsize
-    layers = shard.layers
     out: list[CommOp] = []
 
     if shard.first == 0:
@@ -145,14 +145,17 @@ def tp_comms(
             out.append(
                 CommOp(coll.all_reduce(block, t, name="embedding all-reduce"), 1, link, EMBEDDING, FORWARD)
             )
+    blocks = dict(zip(("attention", "MLP"), tp_blocks(model, shard), strict=True))
     for pass_name in layer_passes(recompute):  # Megatron-LM's g forward, f (its conjugate) backward
         for what in ("attention", "MLP"):
             name = f"{what} all-reduce"
-            out += block_reduce(block, t, link, LAYER, layers, sp=plan.sp, name=name, pass_name=pass_name)
+            out += block_reduce(
+                block, t, link, LAYER, blocks[what], sp=plan.sp, name=name, pass_name=pass_name
+            )
     if plan.sp:  # each column GEMM's input kept as its 1/t, gathered again for dW
         for what in ("attention", "MLP"):
             gather = coll.all_gather(block, t, name=f"{what} input again (AG)")
-            out.append(CommOp(gather, layers, link, LAYER, BACKWARD))
+            out.append(CommOp(gather, blocks[what], link, LAYER, BACKWARD))
     if last:
         loss = coll.all_reduce(tokens * FP32_BYTES, t, name="loss all-reduce")
         out.append(CommOp(loss, LOSS_REDUCTIONS, link, HEAD, FORWARD))

@@ -128,9 +128,23 @@ def model_flops(model: ModelConfig, batch: Num, context: Num) -> Num:
     """
     per_token = (
         PALM_PARAM_FACTOR * matmul_params(model)
-        + PALM_ATTENTION_FACTOR * model.layers * _attention_width(model) * context // CAUSAL_SHARE
+        + PALM_ATTENTION_FACTOR * _attention_layers(model) * _attention_width(model) * context // CAUSAL_SHARE
     )
     return per_token * batch * context
+
+
+def _attention_layers(model: ModelConfig) -> int:
+    """The layers whose attention forms score matrices: every layer of a transformer; of a hybrid
+    only its softmax-attention layers (a linear-attention or state-space layer forms none, its
+    entry's ``heads`` rule says 0; issue 23).
+
+    >>> from attnroof.model.config import builtin
+    >>> _attention_layers(builtin("llama-3.1-8b")), _attention_layers(builtin("nemotron-h-8b"))
+    (32, 4)
+    """
+    return sum(
+        i.count for i in layer_table(model) if rule(i).heads is not None and rule(i).query_heads(i) > 0
+    )
 
 
 def matmul_params(model: ModelConfig) -> int:

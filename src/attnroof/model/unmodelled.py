@@ -1,6 +1,9 @@
 """Config fields and model types that change the arithmetic in ways attnroof does not model:
 refused by name, never counted as something else.
 
+Refused here, the base reader's guard: what only :mod:`attnroof.model.hybrid_config` reads (the
+hybrids of issue 23, through ``get_model`` and ``load_config_file``).
+
 Modelled (and so not refused here): mixture-of-experts layers, multi-head latent attention,
 sliding windows on every layer or on some of them (``layer_types``, Gemma's alternation,
 ``sliding_window_pattern``, Qwen2's ``max_window_layers``), attention logit soft-capping, attention
@@ -14,9 +17,15 @@ from typing import Any
 
 from attnroof.model.fields import ModelConfigError, is_set, show
 
-_CHUNKED = "chunked local attention is not modelled yet; attnroof would count full attention"
+_CHUNKED = (
+    "chunked local attention is read by attnroof.model.hybrid_config.from_config (attnroof model, "
+    "get_model); this reader alone would count full attention"
+)
 _ENC_DEC = "encoder-decoder models are not modelled; attnroof counts a decoder-only stack"
-_HYBRID = "state-space (Mamba) layers are not modelled; attnroof counts attention layers only"
+_HYBRID = (
+    "state-space (Mamba) layers are read by attnroof.model.hybrid_config.from_config (attnroof model, "
+    "get_model); this reader alone would count attention layers only"
+)
 _OTHER_MOE = "this family's expert layout is not modelled; attnroof would guess its experts' shapes"
 
 UNMODELLED_FIELDS: tuple[tuple[str, str], ...] = (
@@ -44,7 +53,7 @@ def unmodelled(cfg: Mapping[str, Any], where: str = "config") -> None:
     >>> unmodelled({"model_type": "llama4", "attention_chunk_size": 8192})
     Traceback (most recent call last):
     ...
-    attnroof.model.fields.ModelConfigError: config: attention_chunk_size = 8192: chunked local attention is not modelled yet; attnroof would count full attention (also: model_type)
+    attnroof.model.fields.ModelConfigError: config: attention_chunk_size = 8192: chunked local attention is read by attnroof.model.hybrid_config.from_config (attnroof model, get_model); this reader alone would count full attention (also: model_type)
     """
     found: list[tuple[str, Any, str]] = [
         (key, cfg[key], why) for key, why in UNMODELLED_FIELDS if is_set(cfg.get(key))

@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from attnroof.errors import InputError
-from attnroof.ops.collectives import send_recv
 from attnroof.model.layers import PREFILL, Precision
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_token, memory
 from attnroof.model.spec import ModelConfig
+from attnroof.ops.collectives import send_recv
 from attnroof.roofline import Roof
 from attnroof.serve.engine import Engine, EngineConfig, Run, kv_blocks
 from attnroof.serve.step import PipelineStepCost, StepCost, StepOptions

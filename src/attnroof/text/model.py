@@ -58,6 +58,13 @@ def architecture(m: ModelConfig) -> str:
         mlp = f"{ex.experts} experts of {ex.width}{gated}, top {ex.top_k}{shared}{dense}"
     else:
         mlp = f"MLP {m.intermediate}{' gated' if m.gated else ''}"
+    kinds = m.layer_kinds()
+    if m.mixers is not None and not any(k.mixer in ATTENDING for k in kinds):
+        attn = "no attention"  # Mamba-2-2.7B: every layer a scan
+    if m.mixers is not None and (mixed := _mixers(m)):
+        attn += f"; {mixed}"
+    if not any(k.mlp for k in kinds):
+        mlp = "no MLP"
     size = f"{render.num(params(m) / GIGA)} B parameters"
     if active_params(m) != params(m):
         without, with_ = (render.num(active_params(m, embedding=e) / GIGA) for e in (False, True))
@@ -186,7 +193,7 @@ def sweep_text(
                 a.batch,
                 duration(t.time_s),
                 _rate(t),
-                _mlp_gemm(a).limiter,
+                mlp.limiter if (mlp := _mlp_gemm(a)) is not None else "—",  # Mamba-2: no MLP
                 next(o for o in a.ops if o.attention).limiter,
                 render.pct(t.memory_bound_share),
                 render.pct(t.attention_share),
@@ -227,7 +234,7 @@ def _mlp_gemm(a: ModelAnalysis) -> Any:
     experts = [o for o in a.ops if operator(o.operator).routed]
     if experts:
         return experts[0]
-    return next(o for o in a.ops if o.name.endswith(("gate/up projection", "up projection")))
+    return next((o for o in a.ops if o.name.endswith(("gate/up projection", "up projection"))), None)
 
 
 def models_table(models: Sequence[ModelConfig]) -> str:
@@ -252,11 +259,45 @@ def models_table(models: Sequence[ModelConfig]) -> str:
         for m in models
     ]
     headers = ["model", "params (B)", "active w/o embedding (B)", "active with embedding (B)", "layers"]
-    headers += ["hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab", "window"]
+    headers += ["hidden", "heads/KV", "head dim", "MLP", "MLP kind", "vocab", "window or mixers"]
     return table(headers, rows, "lrrrrrrrrlrr")
 
 
+ATTENDING = frozenset({"attention", "chunked attention", "attention+mamba2"})
+"""Mixers with softmax attention, whose heads the header describes."""
+MIXER_NAMES = {
+    "attention": "attention",
+    "chunked attention": "chunked attention",
+    "linear attention": "gated DeltaNet",
+    "mamba2": "Mamba-2",
+    "mamba": "Mamba-1",
+    "attention+mamba2": "attention ∥ Mamba-2",
+    "none": "MLP only",
+}
+"""A hybrid's layer mixers, as the header and ``--list`` name them (issue 23)."""
+
+
+def _mixers(m: ModelConfig) -> str:
+    """A hybrid's layers by mixer: "36 gated DeltaNet + 12 attention"; chunked attention with its
+    chunk, DeepSeek's sparse attention with its top-k."""
+    counts: dict[str, int] = {}
+    for kind, n in m.layer_kinds().items():
+        counts[kind.mixer] = counts.get(kind.mixer, 0) + n
+    mx = m.mixers
+    parts = []
+    for mixer, n in counts.items():
+        name = MIXER_NAMES.get(mixer, mixer)
+        if mixer == "chunked attention" and mx is not None and mx.chunk:
+            name += f" (chunks of {mx.chunk})"
+        if mixer == "attention" and mx is not None and mx.indexer is not None:
+            name = f"sparse attention (top {mx.indexer.top_k})"
+        parts.append(f"{n} {name}")
+    return " + ".join(parts)
+
+
 def _windows(m: ModelConfig) -> str:
+    if m.mixers is not None:
+        return _mixers(m)
     n = m.windowed_layers
     if not n:
         return "—"

@@ -1,0 +1,307 @@
+"""Attention beyond softmax, by the seed's method (issue 23): for each kind of attention, one layer
+of a published model, its prefill intensity as s grows, the limit, the crossover with the ridge
+(or the proof that there is none), and its decode bytes per token against the context; then, for
+each hybrid built-in, the context from which its cache is a stated factor smaller than that of the
+same model with softmax attention in every mixing layer.
+
+    variant    the layer                                        prefill FLOPs, bytes      decode bytes
+    softmax    Qwen3-Next's full attention (16 q, 2 KV × 256)   s², s (fused)             grow as s
+    chunked    Llama 4's (40 q, 8 KV × 128), chunks of 8192     s·C, s                    ≤ C tokens
+    sparse     DeepSeek-V3.2's MLA + indexer, top 2048          s²·(indexer) + s·k, s     indexer: s
+    linear     Qwen3-Next's gated DeltaNet (32 × 128 × 128)     s, s                      flat
+    mamba2     Nemotron-H's SSD (128 × 64, N 128)               s, s                      flat
+    mamba      Jamba's selective scan (8192 channels, N 16)     s, s                      flat
+
+Limits and crossovers are exact (sympy, on the same formulas); a variant whose formula changes
+form at a size (chunked at C, sparse at k) is solved on each side of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from attnroof.analysis import stage_json
+from attnroof.cost import Cost
+from attnroof.ops import attention, decode
+from attnroof.ops.chunked import chunk_position, chunked_attention
+from attnroof.ops.recurrent import (
+    gated_delta_rule,
+    gated_delta_step,
+    selective_scan,
+    selective_scan_step,
+    ssd,
+    ssd_step,
+)
+from attnroof.ops.sparse import sparse_attention
+from attnroof.roofline import Roof
+from attnroof.solve import Crossover, crossover
+
+SWEEP = (512, 2048, 8192, 32768, 131072, 1048576)
+"""Prompt lengths of the intensity table."""
+DECODE_CONTEXTS = (4096, 32768, 131072, 1048576)
+"""Contexts of the decode table."""
+CACHE_FACTOR = 2
+"""The default factor by which a hybrid's cache is to be smaller than its all-attention twin's."""
+MAX_CONTEXT = 2**40
+
+QWEN_ATTN = dict(group=8, kv_heads=2)
+LLAMA4 = dict(group=5, kv_heads=8)
+DSA = dict(heads=128, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+           index_heads=64, index_head_dim=128)  # fmt: skip
+DSA_TOP_K = 2048
+LLAMA4_CHUNK = 8192
+GDN = dict(heads=32, key_heads=16, key_dim=128, value_dim=128)
+SSD = dict(heads=128, head_dim=64, state=128, groups=8)
+SCAN = dict(channels=8192, state=16)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kind of attention: the layer it is measured on and its two formulas of s."""
+
+    name: str
+    layer: str
+    prefill: Callable[[Any], Cost]
+    decode: Callable[[Any], Cost]
+    regime: Callable[[Any], Cost] | None = None
+    """Below ``bound``: the prefill formula as it reads there (no chunk or top-k cut yet)."""
+    bound: int | None = None
+    """The size at which the prefill formula changes form (the chunk, the top-k)."""
+    beyond: Callable[[Any], Any] | None = None
+    """s past ``bound`` as a function of a positive symbol (k·C, or k + t)."""
+
+
+def _softmax(fused: bool) -> Variant:
+    name = "softmax" if fused else "softmax (unfused)"
+    return Variant(
+        name,
+        "Qwen3-Next-80B-A3B full attention: 16 query heads on 2 KV heads of 256, causal",
+        lambda s: attention(s, 256, fused=fused, causal=True, **QWEN_ATTN),
+        lambda s: decode(s, 256, fused=fused, **QWEN_ATTN),
+    )
+
+
+def _chunked_decode(s: Any) -> Cost:
+    return decode(chunk_position(s, LLAMA4_CHUNK), 128, fused=True, **LLAMA4)
+
+
+def _chunked_limit_size(k: Any) -> Any:
+    return LLAMA4_CHUNK * k
+
+
+VARIANTS: dict[str, Variant] = {
+    "softmax": _softmax(True),
+    "softmax-unfused": _softmax(False),
+    "chunked": Variant(
+        "chunked",
+        "Llama-4-Scout chunked layer: 40 query heads on 8 KV heads of 128, chunks of 8192",
+        lambda s: chunked_attention(s, 128, chunk=LLAMA4_CHUNK, **LLAMA4),
+        _chunked_decode,
+        regime=lambda s: attention(s, 128, fused=True, causal=True, **LLAMA4),
+        bound=LLAMA4_CHUNK,
+        beyond=_chunked_limit_size,
+    ),
+    "sparse": Variant(
+        "sparse",
+        "DeepSeek-V3.2-Exp: MLA absorbed (128 heads, latent 512 + 64) over the top 2048 of a 64 × 128 fp8 indexer",
+        lambda s: sparse_attention(s, s, causal=True, top_k=DSA_TOP_K, **DSA),
+        lambda s: sparse_attention(1, s, top_k=DSA_TOP_K, **DSA),
+        regime=lambda s: sparse_attention(s, s, causal=True, top_k=s, **DSA),
+        bound=DSA_TOP_K,
+        beyond=lambda t: DSA_TOP_K + t,
+    ),
+    "linear": Variant(
+        "linear",
+        "Qwen3-Next-80B-A3B gated DeltaNet: 32 value heads on 16 key heads, 128 × 128 state, chunks of 64",
+        lambda s: gated_delta_rule(s, chunk=64, **GDN),
+        lambda s: gated_delta_step(**GDN),
+    ),
+    "mamba2": Variant(
+        "mamba2",
+        "Nemotron-H-8B Mamba-2: 128 heads of 64, state 128, 8 groups, chunks of 128",
+        lambda s: ssd(s, chunk=128, **SSD),
+        lambda s: ssd_step(**SSD),
+    ),
+    "mamba": Variant(
+        "mamba",
+        "Jamba-Mini-1.5 Mamba-1: 8192 channels, state 16",
+        lambda s: selective_scan(s, **SCAN),
+        lambda s: selective_scan_step(**SCAN),
+    ),
+}
+"""Every variant by its ``--variant`` name."""
+
+
+@dataclass(frozen=True)
+class VariantAnalysis:
+    name: str
+    layer: str
+    sweep: list[tuple[int, float]]
+    """(s, FLOP/byte) of the prefill."""
+    limit_intensity: float | None
+    """As s → ∞ (None: unbounded)."""
+    limit_exact: str
+    crossover_s: int | None
+    """The smallest prompt at which prefill reaches the ridge; None: never."""
+    decode: list[tuple[int, float, float]]
+    """(context, bytes, FLOP/byte) of one decode token."""
+    s: int = 8192
+    prefill_cost: Cost | None = None
+    """The prefill's stage table at ``s`` tokens, and the decode token's at a context of ``s``."""
+    decode_cost: Cost | None = None
+
+    @property
+    def decode_growth(self) -> str:
+        """ "flat" (the same bytes at every context), "bounded" (they stop growing: a chunk) or
+        "grows"."""
+        b = [x for _, x, _ in self.decode]
+        if b[0] == b[-1]:
+            return "flat"
+        return "bounded" if b[-2] == b[-1] else "grows"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.name,
+            "layer": self.layer,
+            "prefill_intensity": [{"s": s, "flop_per_byte": i} for s, i in self.sweep],
+            "limit_intensity": self.limit_intensity,
+            "limit_exact": self.limit_exact,
+            "crossover_s": self.crossover_s,
+            "never": self.crossover_s is None,
+            "decode": [{"context": c, "bytes": b, "flop_per_byte": i} for c, b, i in self.decode],
+            "decode_bytes": self.decode_growth,
+            "s": self.s,
+            "prefill_stages": [stage_json(st) for st in self.prefill_cost or ()],
+            "decode_stages": [stage_json(st) for st in self.decode_cost or ()],
+        }
+
+
+def _limit(v: Variant) -> tuple[float | None, str]:
+    import sympy as sp
+
+    from attnroof.solve import exact_expr, fraction_text
+
+    if v.beyond is None:
+        x = sp.Symbol("s", positive=True)
+        size = x
+    else:
+        x = sp.Symbol("k", positive=True, integer=True)
+        size = v.beyond(x)
+    cost = v.prefill(size)
+    lim = sp.limit(exact_expr(cost.flops / cost.bytes), x, sp.oo)
+    return (None if lim == sp.oo else float(lim)), fraction_text(lim)
+
+
+def _crossover(v: Variant, roof: Roof) -> Crossover | int | None:
+    """The smallest prompt at which the prefill reaches the ridge, solved exactly on each side of
+    the variant's ``bound``."""
+    p, b = roof.peak_flops_per_s, roof.bandwidth_bytes_per_s
+    if v.bound is None:
+        c = crossover(lambda s: v.prefill(s).intensity, p, b)
+        return None if c.never else c.s_min
+    below = crossover(lambda s: v.regime(s).intensity, p, b)  # type: ignore[misc]
+    if not below.never and below.s_min is not None and below.s_min <= v.bound:
+        return below.s_min
+    if v.name == "sparse":  # past the top-k: s = k + t
+        past = crossover(lambda t: v.prefill(DSA_TOP_K + t).intensity, p, b, variable="t")
+        return None if past.never else DSA_TOP_K + (past.s_min or 0)
+    return None  # chunked: past C the intensity only falls back towards its limit
+
+
+def analyse_variant(name: str, roof: Roof, s: int = 8192) -> VariantAnalysis:
+    """The seed's questions for one variant on ``roof``, and its stage tables at ``s``.
+
+    >>> from attnroof.devices import get_device
+    >>> a = analyse_variant("linear", Roof.of(get_device("h200"), "bf16"))
+    >>> round(a.limit_intensity, 1), a.crossover_s, a.decode_growth     # never compute-bound
+    (29.8, None, 'flat')
+    """
+    v = VARIANTS[name]
+    lim, lim_text = _limit(v)
+    cross = _crossover(v, roof)
+    sweep = [(s, float(Fraction(c.flops) / Fraction(c.bytes))) for s in SWEEP for c in [v.prefill(s)]]
+    dec = [
+        (n, float(c.bytes), float(Fraction(c.flops) / Fraction(c.bytes)))
+        for n in DECODE_CONTEXTS
+        for c in [v.decode(n)]
+    ]
+    crossing = cross if isinstance(cross, int) else None
+    return VariantAnalysis(v.name, v.layer, sweep, lim, lim_text, crossing, dec, s, v.prefill(s), v.decode(s))
+
+
+# ---------------------------------------------------------------- hybrid caches
+
+
+@dataclass(frozen=True)
+class CacheComparison:
+    """A hybrid's cache per sequence against its twin's: the same model with softmax attention
+    (its own attention layer's K and V) in every layer that mixes tokens."""
+
+    model: str
+    factor: float
+    twin_bytes_per_token: int
+    hybrid_bytes_per_token: int
+    """K and V one token adds to the hybrid's cache once every window and chunk is full."""
+    state_bytes: int
+    """The fixed state of its recurrent layers, per sequence."""
+    context: int | None
+    """The smallest context at which twin ≥ factor × hybrid; None: never."""
+    limit_ratio: float | None
+    """twin / hybrid as the context grows (None: the hybrid has no attention cache growing)."""
+    samples: list[tuple[int, int, int]] = field(default_factory=list)
+    """(context, hybrid bytes, twin bytes)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "factor": self.factor, "twin_bytes_per_token": self.twin_bytes_per_token,
+            "hybrid_bytes_per_token": self.hybrid_bytes_per_token, "state_bytes": self.state_bytes,
+            "context": self.context, "never": self.context is None, "limit_ratio": self.limit_ratio,
+            "samples": [{"context": c, "hybrid_bytes": h, "twin_bytes": t} for c, h, t in self.samples],
+        }  # fmt: skip
+
+
+def compare_cache(name: str, factor: float = CACHE_FACTOR, kv_itemsize: int = 2) -> CacheComparison | None:
+    """``name``'s cache against its all-attention twin's; None for a model with no attention layer
+    to copy (Mamba-2-2.7B).
+
+    >>> c = compare_cache("qwen3-next-80b-a3b")
+    >>> c.twin_bytes_per_token, c.hybrid_bytes_per_token, c.state_bytes, c.context
+    (98304, 24576, 39518208, 1608)
+    """
+    from attnroof.model.config import builtin
+    from attnroof.model.layers import layer_table
+    from attnroof.model.memory import kv_cache_bytes_per_sequence
+
+    model = builtin(name)
+    table = layer_table(model)
+    attn = [r for r in table if r.kv_elements_per_token]
+    if not attn:
+        return None
+    per_layer = max(r.kv_elements_per_token for r in attn) * kv_itemsize
+    mixing = sum(n for kind, n in model.layer_kinds().items() if kind.mixer != "none")
+    twin = per_layer * mixing
+    state = sum(r.count * r.state_elements for r in table) * kv_itemsize
+    growing = sum(
+        r.count * r.kv_elements_per_token for r in attn if r.cached_tokens(MAX_CONTEXT) == MAX_CONTEXT
+    )
+    growing *= kv_itemsize
+
+    def hybrid(c: int) -> int:
+        return round(kv_cache_bytes_per_sequence(model, c, kv_itemsize))
+
+    ok = lambda c: twin * c >= factor * hybrid(c)  # noqa: E731  (twin/hybrid grows with c)
+    context: int | None = None
+    if ok(MAX_CONTEXT):
+        lo, hi = 0, MAX_CONTEXT
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+        context = hi
+    samples = [(c, hybrid(c), twin * c) for c in DECODE_CONTEXTS]
+    full = sum(r.count * r.kv_elements_per_token for r in attn) * kv_itemsize
+    return CacheComparison(
+        name, factor, twin, full, state, context, (twin / growing) if growing else None, samples
+    )
