@@ -425,3 +425,33 @@ def test_batched_steps_are_the_models_on_every_architecture(name: str):
     pre = analyse(m, "prefill", 2, 2000, roof).totals.time_s
     assert c.time_s(np.full(8, 3000), NONE, NONE) == pytest.approx(dec, rel=1e-12)
     assert c.time_s(NONE, np.full(2, 2000), np.full(2, 2000)) == pytest.approx(pre, rel=1e-12)
+
+
+def test_hybrid_models_serve_with_their_state():
+    """Nemotron-H (Mamba-2 and attention): one request's TTFT and TPOT are the model's prefill
+    and decode steps; the recurrent state is held for every sequence the engine may run, and the
+    KV blocks take what is left: ⌊(0.9 · capacity − weights − activations − state) / (16 · KV a token)⌋."""
+    flags = ("--model", "nemotron-h-8b", "--device", "h200")
+    pre = json.loads(run_cli("model", *flags, "--phase", "prefill", "--context", "1024", "--json").stdout)
+    dec = json.loads(run_cli("model", *flags, "--phase", "decode", "--context", "1025", "--json").stdout)
+    d = _json(*flags, "--input-len", "1024", "--output-len", "2", "--num-requests", "1")
+    lat, pool = d["summary"]["latency_s"], d["deployment"]["engine"]
+    assert lat["ttft"]["mean"] == pytest.approx(pre["totals"]["time_s"], rel=1e-12)
+    assert lat["tpot"]["mean"] == pytest.approx(dec["totals"]["time_s"], rel=1e-12)
+    assert pool["recurrent_state_bytes_per_device"] > 0
+    cap = get_device("h200").capacity_bytes
+    free = 0.9 * cap - pool["weights_bytes_per_device"] - pool["activation_bytes_per_device"]
+    free -= pool["recurrent_state_bytes_per_device"]
+    assert pool["kv_blocks"] == int(free // (16 * pool["kv_bytes_per_token_per_device"]))
+
+
+def test_attention_without_a_chunk_rule_runs_prompts_whole():
+    """Llama 4's chunked local attention has no rule for a chunk against a cache: the engine
+    runs every prompt whole (vLLM without chunked prefill), and a prompt longer than a step's
+    token budget is refused in one line."""
+    flags = ("serve-sim", "--model", "llama-4-scout", "--device", "h200", "--tp", "4")
+    d = _json(*flags[1:], "--rate", "4", "--input-len", "3000", "--output-len", "32", "--num-requests", "40",
+              "--max-num-batched-tokens", "4096")  # fmt: skip
+    assert d["summary"]["requests"] == 40
+    r = run_cli(*flags, "--input-len", "9000")
+    assert r.returncode == 2 and "chunked prefill" in r.stderr and len(r.stderr.strip().splitlines()) == 1

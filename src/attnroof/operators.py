@@ -615,6 +615,20 @@ def _no_score_matrix(shape: Mapping[str, Any]) -> int:
     return 0
 
 
+def _scanned(st: Step) -> Num:
+    """Tokens a recurrent mixer scans in a step: the context at prefill; a chunk's new tokens,
+    its state carried in from the cache (that state's one read is not counted: a few MB a layer
+    against the chunk's activations)."""
+    return st.queries if st.phase == CHUNK else st.context
+
+
+def _no_chunk(what: str) -> InputError:
+    return InputError(
+        f"{what} has no rule for a chunk of queries against a cache (chunked prefill): not modelled yet",
+        param="chunk",
+    )
+
+
 def _recurrent_kwargs(i: OpInstance, st: Step, keys: tuple[str, ...]) -> dict[str, Any]:
     p = st.prec
     return dict(
@@ -629,8 +643,8 @@ GDN_STEP_KEYS = ("heads", "key_heads", "key_dim", "value_dim", "conv_kernel")
 def _bind_gdn(i: OpInstance, st: Step) -> Call:
     """Prefill: the chunked kernels over the context; decode: the recurrent step."""
     kw = _recurrent_kwargs(i, st, (*GDN_STEP_KEYS, "conv_bias"))
-    if st.phase == PREFILL:
-        return Call((st.context,), {**kw, "chunk": i.shape["chunk"]})
+    if st.phase in (PREFILL, CHUNK):
+        return Call((_scanned(st),), {**kw, "chunk": i.shape["chunk"]})
     return Call((), kw, via="linear attention step")
 
 
@@ -661,8 +675,8 @@ SSD_STEP_KEYS = ("heads", "head_dim", "state", "groups", "conv_kernel")
 
 def _bind_ssd(i: OpInstance, st: Step) -> Call:
     kw = _recurrent_kwargs(i, st, (*SSD_STEP_KEYS, "conv_bias"))
-    if st.phase == PREFILL:
-        return Call((st.context,), {**kw, "chunk": i.shape["chunk"]})
+    if st.phase in (PREFILL, CHUNK):
+        return Call((_scanned(st),), {**kw, "chunk": i.shape["chunk"]})
     return Call((), kw, via="ssd step")
 
 
@@ -692,8 +706,8 @@ SCAN_STEP_KEYS = ("channels", "state", "conv_kernel")
 
 def _bind_scan(i: OpInstance, st: Step) -> Call:
     kw = _recurrent_kwargs(i, st, (*SCAN_STEP_KEYS, "conv_bias"))
-    if st.phase == PREFILL:
-        return Call((st.context,), kw)
+    if st.phase in (PREFILL, CHUNK):
+        return Call((_scanned(st),), kw)
     return Call((), kw, via="selective scan step")
 
 
@@ -721,6 +735,8 @@ def _bind_chunked(i: OpInstance, st: Step) -> Call:
     (the ``decode`` formulas over :func:`~attnroof.ops.chunked.chunk_position` keys)."""
     kw = _attention_kwargs(i, st)
     d, c = i.shape["head_dim"], i.shape["attention_chunk"]
+    if st.phase == CHUNK:
+        raise _no_chunk("chunked local attention")
     if st.phase == PREFILL:
         return Call((st.context, d), {**kw, "chunk": c})
     return Call((chunked.chunk_position(st.context, c), d), kw, via="decode")
@@ -756,6 +772,8 @@ def _bind_sparse(i: OpInstance, st: Step) -> Call:
         weight_itemsize=p.weight_bytes(i), softmax_flops_per_element=st.softmax_flops_per_element,
         **{k: i.shape[k] for k in SPARSE_KEYS},
     )  # fmt: skip
+    if st.phase == CHUNK:
+        raise _no_chunk("DeepSeek sparse attention")
     if st.phase == PREFILL:
         return Call((st.context, st.context), {**kw, "causal": True, "form": st.latent_form})
     return Call((1, st.context), {**kw, "form": st.latent_form})

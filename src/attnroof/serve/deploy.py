@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from attnroof.errors import InputError
 from attnroof.model.layers import PREFILL, Precision
-from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_token, memory
+from attnroof.model.memory import (
+    activation_bytes,
+    kv_cache_bytes_per_sequence,
+    kv_cache_bytes_per_token,
+    memory,
+)
 from attnroof.model.spec import ModelConfig
 from attnroof.ops.collectives import send_recv
 from attnroof.roofline import Roof
@@ -41,6 +46,8 @@ class Pool:
     kv_bytes_per_token: float
     virtual: int = 1
     """Engines running at once: a pipeline's stages (vLLM's virtual engines)."""
+    state_bytes: float = 0.0
+    """A hybrid's recurrent state, held for ``max_num_seqs`` sequences (a device's)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +60,7 @@ class Pool:
             "kv_tokens": self.config.blocks * self.config.block_size,
             "weights_bytes_per_device": self.weights_bytes,
             "activation_bytes_per_device": self.activation_bytes,
+            "recurrent_state_bytes_per_device": self.state_bytes,
             "kv_bytes_per_token_per_device": self.kv_bytes_per_token,
             "max_num_seqs": self.config.max_num_seqs,
             "max_num_batched_tokens": self.config.max_num_batched_tokens,
@@ -74,7 +82,9 @@ def pool(
     impl: str | None = None,
 ) -> Pool:
     """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group; its steps
-    forecast by ``calibration`` where one is given, else at their roofline bound."""
+    forecast by ``calibration`` where one is given, else at their roofline bound. A hybrid's
+    recurrent state (a fixed size a sequence) is reserved for ``max_num_seqs`` sequences beside
+    the activations; the KV blocks take what is left."""
     from attnroof.model.parallel import stages as pipeline_stages
 
     if plan is not None:
@@ -94,12 +104,17 @@ def pool(
             model, PREFILL, 1, config.max_num_batched_tokens, prec, fused=options.fused, shard=shard
         )
         per_token = kv_cache_bytes_per_token(model, prec.kv_itemsize, shard)
-        free = memory_utilization * capacity_bytes - weights - act
+        # a recurrent mixer's fixed state a sequence (the cache of one token, less its KV),
+        # held for every sequence the engine may run
+        state = config.max_num_seqs * (
+            kv_cache_bytes_per_sequence(model, 1, prec.kv_itemsize, shard) - per_token
+        )
+        free = memory_utilization * capacity_bytes - weights - act - state
         blocks = kv_blocks(free, per_token, config.block_size) if free > 0 else 0
         if worst is None or blocks < worst[0]:
-            worst = (blocks, weights, act, per_token)
+            worst = (blocks, weights, act, per_token, state)
     assert worst is not None
-    blocks, weights, act, per_token = worst
+    blocks, weights, act, per_token, state = worst
     if blocks < 1:
         raise InputError(
             f"{model.name}: weights ({weights / 1e9:.1f} GB) and activations ({act / 1e9:.2f} GB) leave no room "
@@ -125,7 +140,14 @@ def pool(
     cost: Any = costs[0] if pp == 1 else PipelineStepCost(costs)
     devices = 1 if plan is None else plan.devices
     return Pool(
-        cost, replace(config, blocks=blocks, max_model_len=max_len), devices, weights, act, per_token, pp
+        cost,
+        replace(config, blocks=blocks, max_model_len=max_len),
+        devices,
+        weights,
+        act,
+        per_token,
+        pp,
+        state,
     )
 
 

@@ -115,6 +115,14 @@ class Engine:
                 f"request {i}: {int(prompt[i])} + {int(output[i])} tokens exceed the model length {limit}",
                 param="max_model_len",
             )
+        chunks = cost.chunks
+        if not chunks and int((prompt + output).max()) > cfg.max_num_batched_tokens:
+            i = int(np.argmax(prompt + output))
+            raise InputError(
+                f"request {i}: {int(prompt[i] + output[i])} tokens to (re)compute at once exceed --max-num-batched-tokens "
+                f"{cfg.max_num_batched_tokens}, and this model's attention has no chunked prefill rule: raise it",
+                param="max_num_batched_tokens",
+            )
         need_blocks = -(-(prompt + output) // cfg.block_size)
         if int(need_blocks.max()) > cfg.blocks:
             raise InputError(
@@ -163,6 +171,8 @@ class Engine:
             want = prompt[running] + generated[running] - computed[running]
             before = np.cumsum(want) - want
             take = np.minimum(want, np.maximum(budget - before, 0))
+            if not chunks:  # a prompt runs whole or waits for a step with room for it
+                take = np.where(take < want, 0, take)
             grow = np.where(take > 0, -(-(computed[running] + take) // bs) - held[running], 0)
             preempting = int(grow.sum()) > free
             evicted = 0
@@ -181,6 +191,8 @@ class Engine:
             while not preempting and waiting and len(running) + len(new) < max_seqs and budget > 0:
                 r = waiting[0]
                 t = min(int(prompt[r] + generated[r] - computed[r]), budget)
+                if not chunks and t < prompt[r] + generated[r] - computed[r]:
+                    break
                 g = -(-(int(computed[r]) + t) // bs) - int(held[r])
                 if g > free:
                     break
@@ -283,7 +295,11 @@ class Engine:
         i = 0
         while i < len(run) and budget > 0:
             r = run[i]
-            t = min(int(prompt[r] + generated[r] - computed[r]), budget)
+            want = int(prompt[r] + generated[r] - computed[r])
+            t = min(want, budget)
+            if not self.cost.chunks and t < want:  # no chunked prefill: it waits for room
+                i += 1
+                continue
             g = -(-(int(computed[r]) + t) // bs) - int(held[r])
             while g > free and run[-1] != r:
                 victim = run.pop()

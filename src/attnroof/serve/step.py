@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnroof.errors import InputError
 from attnroof.model.comms import stage_comms
-from attnroof.model.layers import DECODE, Precision, Step, layer_table
+from attnroof.model.layers import DECODE, PREFILL, Precision, Step, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import ATTENTION, rule
 from attnroof.ops.experts import UNIFORM
@@ -123,11 +123,26 @@ class StepCost:
         contexts = np.arange(max_context + 1, dtype=np.int64)
         contexts[0] = 1  # context 0 never runs; keep the formulas' arguments positive
         self._decode = [self._split(row, DECODE, contexts) for row in self.attention_rows]
-        # a whole prompt as one chunk (nothing cached before it), by its length
+        # a whole prompt (nothing cached before it), by its length: the prefill step's attention
         fresh = np.arange(max_tokens + 1, dtype=np.int64)
         fresh[0] = 1
-        self._fresh = [self._split(row, CHUNK, fresh, fresh) for row in self.attention_rows]
+        self._fresh = [self._split(row, PREFILL, fresh) for row in self.attention_rows]
+        self.chunks = self._chunkable()
         self.max_tokens, self.max_seqs, self.max_context = max_tokens, max_seqs, max_context
+
+    def _chunkable(self) -> bool:
+        """Whether every attention row has a rule for a chunk against a cache (chunked prefill);
+        without one, the engine runs each prompt whole, as vLLM does without chunked prefill."""
+        import numpy as np
+
+        try:
+            for row in self.attention_rows:
+                rule(row).cost(row, self.options.step(CHUNK, 1, np.array([4]), np.array([2])))
+        except InputError as e:
+            if getattr(e, "param", None) != "chunk":
+                raise
+            return False
+        return True
 
     def _split(self, row: OpInstance, phase: str, contexts: Any, queries: Any = 1) -> list[tuple[Any, ...]]:
         """Each kernel of ``row`` over sequences at ``contexts`` (and ``queries``), split into what
@@ -139,7 +154,7 @@ class StepCost:
         import numpy as np
 
         one = rule(row).cost(row, self.options.step(phase, 1, contexts, queries))
-        two = rule(row).cost(row, self.options.step(phase, 2, contexts, queries))
+        two = rule(row).cost(row, self.options.step(phase, 2, contexts, queries))  # per sequence: the batch's
         shape = np.shape(contexts)
         out = []
         for s1, s2 in zip(one, two, strict=True):
@@ -262,6 +277,7 @@ class PipelineStepCost:
         self.model, self.roof, self.options, self.plan = first.model, first.roof, first.options, first.plan
         self.max_tokens, self.max_seqs, self.max_context = first.max_tokens, first.max_seqs, first.max_context
         self.overhead_s = sum(s.overhead_s for s in stages)
+        self.chunks = all(s.chunks for s in stages)
 
     def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
         return sum(s.time_s(decode_contexts, chunk_queries, chunk_contexts) for s in self.stages)

@@ -43,7 +43,13 @@ def render(result: Any) -> str:
         c = p.config
         out.append(
             f"{name}: KV cache {c.blocks:,} blocks × {c.block_size} = {c.blocks * c.block_size:,} tokens "
-            f"(weights {si(p.weights_bytes, 'B')}, activations {si(p.activation_bytes, 'B')} a device); "
+            f"(weights {si(p.weights_bytes, 'B')}, activations {si(p.activation_bytes, 'B')}"
+            + (
+                f", recurrent state {si(p.state_bytes, 'B')} for {c.max_num_seqs} sequences"
+                if p.state_bytes
+                else ""
+            )
+            + " a device); "
             f"max {c.max_num_seqs} sequences, {c.max_num_batched_tokens:,} tokens a step"
         )
     if result.disaggregated:
