@@ -121,6 +121,15 @@ def _capped_sum(n: Num, cap: Num) -> Num:
     return _triangular(m) + (n - m) * cap
 
 
+def _is_zero(x: Num) -> bool:
+    """True for a number (or a sympy expression) that is 0; False for anything else, arrays
+    included (their elements are counted one by one)."""
+    try:
+        return bool(x == 0)
+    except (TypeError, ValueError):
+        return False
+
+
 def chunk_scores(s_q: Num, s_kv: Num, window: Num | None = None) -> Num:
     """Scores of one query head when the last ``s_q`` of ``s_kv`` tokens are the queries (the
     first p = s_kv − s_q cached): s_q·p for the rectangle against the cache, and the causal
@@ -137,6 +146,8 @@ def chunk_scores(s_q: Num, s_kv: Num, window: Num | None = None) -> Num:
     4063232
     """
     past = s_kv - s_q
+    if _is_zero(past):  # the whole sequence: prefill's count (symbols stay free of min and max)
+        return kept_scores(s_q, s_kv, True, window)
     if window is None:
         return s_q * past + causal_half(s_q * s_q)
     last = window - 1  # the most cached keys a query can see: the first query's
