@@ -10,17 +10,45 @@
 # each implementation × dtype once (bf16, fp16, fp32 with the tf32 switch; 240 s); the timers
 # (do_bench and CUDA events, 60 s); `--ncu` through the real child (180 s); the quick suite
 # (300 s); calibrate on part of it and forecast the rest (120 s).
-# Writes: summary.txt, env.txt, ceilings.json, results.jsonl, cal.json, forecast.txt, one
-# <step>.log per step.
+# Leaves exactly two files in the output folder (only a few files of a folder come back from a
+# remote GPU machine): summary.txt, written as it goes, and gpu_check.tar.gz, packed on every exit
+# (a trap: done, failed, or interrupted) with everything else it wrote: summary.txt, env.txt,
+# ceilings.json, results.jsonl, cal.json, forecast.txt, accuracy.txt, one <step>.log per step.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 out="${OUT:-results}"
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 py="${PYTHON:-python}"
 summary="$out/summary.txt"
 : > "$summary"
+archive="$out/gpu_check.tar.gz"
+work=$(mktemp -d "$out/.gpu_check.XXXXXX")  # every file but the summary, until packed
+
+# pack: the summary and every file written into one archive, the work folder removed
+child=
+pack() {
+    local rc=$?
+    trap - EXIT
+    if [ -n "$child" ]; then  # a step still running: stop it (timeout passes TERM on) and wait
+        kill -TERM "$child" 2>/dev/null
+        wait "$child" 2>/dev/null
+    fi
+    cp "$summary" "$work/summary.txt" 2>/dev/null
+    local n; n=$(find "$work" -type f | wc -l)
+    if tar -czf "$archive.part" -C "$work" . && mv -f "$archive.part" "$archive"; then
+        rm -rf "$work"
+        echo "gpu_check: packed $n files into $archive" >&2
+    else
+        echo "gpu_check: could not pack $work into $archive; the files stay in $work" | tee -a "$summary" >&2
+    fi
+    exit "$rc"
+}
+trap pack EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 say() { echo "$*" | tee -a "$summary"; }
 
@@ -28,15 +56,20 @@ say() { echo "$*" | tee -a "$summary"; }
 step() {
     local name=$1 limit=$2; shift 2
     local t0=$SECONDS rc
-    timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1
+    # in the background and waited for, so that a signal to this script is handled at once (bash
+    # defers a trap until a foreground child ends): the trap stops the step, then packs
+    timeout --kill-after=10 "$limit" "$@" > "$work/$name.log" 2>&1 &
+    child=$!
+    wait "$child"
     rc=$?
+    child=
     local took=$((SECONDS - t0))
     if [ $rc -eq 0 ]; then
         say "ok      $name (${took} s)"
     elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        say "TIMEOUT $name after ${limit} s: $(tail -n 1 "$out/$name.log")"
+        say "TIMEOUT $name after ${limit} s: $(tail -n 1 "$work/$name.log")"
     else
-        say "FAILED  $name (exit $rc, ${took} s): $(grep -m1 -E 'error|Error' "$out/$name.log" || tail -n 1 "$out/$name.log")"
+        say "FAILED  $name (exit $rc, ${took} s): $(grep -m1 -E 'error|Error' "$work/$name.log" || tail -n 1 "$work/$name.log")"
     fi
     return 0
 }
@@ -52,8 +85,8 @@ fi
     command -v cc >/dev/null && echo "C compiler: $(command -v cc)" || echo "C compiler: none (do_bench cannot build; CUDA events)"
     command -v ncu >/dev/null && ncu --version | tail -1 || echo "ncu: not on PATH"
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null || true
-} > "$out/env.txt" 2>&1
-sed 's/^/  env: /' "$out/env.txt" | tee -a "$summary"
+} > "$work/env.txt" 2>&1
+sed 's/^/  env: /' "$work/env.txt" | tee -a "$summary"
 
 dev=(--device h200)
 "$py" -m attnroof attention -s 1k -d 64 --device h200 >/dev/null 2>&1 || dev=()
@@ -61,9 +94,9 @@ dev=(--device h200)
 # ncu permission: one tiny case under ncu; ERR_NVGPUCTRPERM is said in one line
 step ncu-probe 60 "$py" -m attnroof measure linear -n 16 -k 256 -m 256 --ncu --json
 
-step ceilings 120 "$py" -m attnroof measure ceilings --quick "${dev[@]}" -o "$out/ceilings.json"
+step ceilings 120 "$py" -m attnroof measure ceilings --quick "${dev[@]}" -o "$work/ceilings.json"
 ceil=()
-[ -s "$out/ceilings.json" ] && ceil=(--ceilings "$out/ceilings.json")
+[ -s "$work/ceilings.json" ] && ceil=(--ceilings "$work/ceilings.json")
 
 for dt in bf16 fp16 fp32; do
     step "attention-$dt" 120 "$py" -m attnroof measure attention -s 1024 -d 128 --heads 8 --causal --dtype "$dt" "${ceil[@]}" --json
@@ -83,11 +116,11 @@ PY
 
 step ncu-suite 180 env ATTNROOF_NCU_TIMEOUT_S=150 "$py" -m attnroof measure attention -s 2048 -d 128 --heads 16 --ncu "${ceil[@]}" --json
 
-step suite 300 "$py" -m attnroof measure suite --quick "${ceil[@]}" "${dev[@]}" -o "$out/results.jsonl" --resume
-tail -n 3 "$out/suite.log" | sed 's/^/  suite: /' | tee -a "$summary"
+step suite 300 "$py" -m attnroof measure suite --quick "${ceil[@]}" "${dev[@]}" -o "$work/results.jsonl" --resume
+tail -n 3 "$work/suite.log" | sed 's/^/  suite: /' | tee -a "$summary"
 
 # calibrate on every other shape, forecast the rest, compare with what was measured
-step calibrate 120 "$py" - "$out" <<'PY'
+step calibrate 120 "$py" - "$work" <<'PY'
 import json, sys
 from pathlib import Path
 from attnroof import calibration
@@ -114,7 +147,7 @@ lines.append(f"held-out forecasts: {s['n']}, median {s['median']}, p90 {s['p90']
 (out / "forecast.txt").write_text("\n".join(lines) + "\n")
 print(lines[-1])
 PY
-tail -n 1 "$out/forecast.txt" 2>/dev/null | sed 's/^/  forecast: /' | tee -a "$summary"
-[ -s "$out/results.jsonl" ] && "$py" benchmarks/calibration.py "$out/results.jsonl" > "$out/accuracy.txt" 2>&1 \
-    && sed 's/^/  accuracy: /' "$out/accuracy.txt" | tee -a "$summary"
-say "gpu_check: done $(date -u +%H:%M:%SZ); see $out/*.log"
+tail -n 1 "$work/forecast.txt" 2>/dev/null | sed 's/^/  forecast: /' | tee -a "$summary"
+[ -s "$work/results.jsonl" ] && "$py" benchmarks/calibration.py "$work/results.jsonl" > "$work/accuracy.txt" 2>&1 \
+    && sed 's/^/  accuracy: /' "$work/accuracy.txt" | tee -a "$summary"
+say "gpu_check: done $(date -u +%H:%M:%SZ); every step's log is in $archive"

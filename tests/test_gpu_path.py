@@ -208,11 +208,54 @@ def test_roof_check_tells_a_low_ceiling_from_a_wrong_count():
     assert "rerun with --ncu" in unknown
 
 
+GPU_CHECK = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.sh")
+
+
+def _top_level(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _archived(folder):
+    import tarfile
+
+    with tarfile.open(folder / "gpu_check.tar.gz") as tar:
+        return sorted(os.path.normpath(n) for n in tar.getnames() if n not in (".", "./"))
+
+
 def test_gpu_check_writes_its_summary_before_anything_can_time_out(tmp_path):
-    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.sh")
-    assert subprocess.run(["bash", "-n", script]).returncode == 0
+    assert subprocess.run(["bash", "-n", GPU_CHECK]).returncode == 0
     env = dict(os.environ, OUT=str(tmp_path), CUDA_VISIBLE_DEVICES="")
-    res = subprocess.run(["bash", script], capture_output=True, text=True, env=env, timeout=120)
+    res = subprocess.run(["bash", GPU_CHECK], capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 2  # no CUDA here: said, in the summary already
     text = (tmp_path / "summary.txt").read_text()
     assert text.startswith("gpu_check ") and "torch with CUDA is needed" in text
+    assert _top_level(tmp_path) == ["gpu_check.tar.gz", "summary.txt"]
+    assert "summary.txt" in _archived(tmp_path)
+
+
+def _fake_python(folder, body):
+    """A stand-in interpreter for gpu_check.sh: every step runs it, so the flow runs in seconds."""
+    fake = folder / "fakepy"
+    fake.write_text("#!/usr/bin/env bash\n" + body)
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_gpu_check_interrupted_still_leaves_one_archive_and_the_summary(tmp_path):
+    out, bin_ = tmp_path / "out", tmp_path / "bin"
+    bin_.mkdir()
+    started = tmp_path / "started"
+    # the CUDA check and env lines pass at once; the first step hangs until the script is stopped
+    py = _fake_python(bin_, f'case "$*" in *ncu*) touch {started}; exec sleep 60;; esac\necho "fake $*"\n')
+    env = dict(os.environ, OUT=str(out), PYTHON=py)
+    proc = subprocess.Popen(["bash", GPU_CHECK], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert started.exists()
+    proc.terminate()
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert _top_level(out) == ["gpu_check.tar.gz", "summary.txt"]
+    names = _archived(out)
+    assert "summary.txt" in names and "env.txt" in names and "ncu-probe.log" in names
