@@ -259,3 +259,64 @@ def test_gpu_check_interrupted_still_leaves_one_archive_and_the_summary(tmp_path
     assert _top_level(out) == ["gpu_check.tar.gz", "summary.txt"]
     names = _archived(out)
     assert "summary.txt" in names and "env.txt" in names and "ncu-probe.log" in names
+
+
+# ---------------------------------------------------------------- the Triton read kernel
+
+
+def test_triton_read_kernel_has_no_annotations_triton_cannot_resolve():
+    """Triton 3.6/3.7 resolves a jit parameter's annotation as a global of the kernel: ``Any``
+    raised ``NameError: Cannot access global variable Any`` and the kernel never compiled."""
+    import ast
+    import inspect
+
+    from attnroof.measure import ceilings
+
+    tree = ast.parse(inspect.getsource(ceilings))
+    kernels = [
+        f
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef) and any("jit" in ast.unparse(d) for d in f.decorator_list)
+    ]
+    assert [f.name for f in kernels] == ["_read"]
+    for f in kernels:
+        args = f.args.posonlyargs + f.args.args + f.args.kwonlyargs
+        assert all(a.annotation is None or ast.unparse(a.annotation) == "tl.constexpr" for a in args), (
+            ast.unparse(f.args)
+        )
+        assert f.returns is None
+
+
+def test_a_read_kernel_that_fails_is_recorded_with_its_reason(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from attnroof.measure import ceilings
+    from attnroof.measure.env import TorchDevice
+    from attnroof.measure.timing import Timing
+
+    class CudaLike(TorchDevice):
+        is_cuda = True  # type: ignore[assignment]  # the CUDA branch, on the CPU
+
+        def free_memory(self) -> None:
+            pass
+
+    dev = CudaLike(torch, torch.device("cpu"), "stand-in", 1.0, 1.0)  # smallest buffer (16 MiB)
+
+    def broken():
+        raise NameError("Cannot access global variable Any from within @jit'ed function")
+
+    monkeypatch.setattr(ceilings, "stream_readers", lambda torch, x: {"triton stream, block 2048": broken})
+    monkeypatch.setattr(
+        ceilings, "time_kernel", lambda fn, *a, **k: (fn(), Timing(1e-3, 3, "stand-in", 1e-3))[1]
+    )
+    recs = [r for r, _ in ceilings._bandwidth(dev, {})]
+    read = next(r for r in recs if r["impl"] == ceilings.READ)
+    assert (
+        read["skipped"]
+        == "triton stream, block 2048: NameError: Cannot access global variable Any from within @jit'ed function"
+    )
+    assert read["timing"].endswith("(torch)") and read["status"] == "ok"
+    assert all("skipped" not in r for r in recs if r["impl"] != ceilings.READ)
+
+    monkeypatch.setattr(ceilings, "stream_readers", lambda torch, x: {})  # no triton: said too
+    read = next(r for r, _ in ceilings._bandwidth(dev, {}) if r["impl"] == ceilings.READ)
+    assert read["skipped"] == "triton stream: triton is not importable"

@@ -134,15 +134,21 @@ def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator
             continue
         rec = new_record(_bandwidth_key(impl, n), CEILING, impl, {"bytes": n * FP32_BYTES}, "fp32", dev.label)
         t, name = time_kernel(fn, dev, BANDWIDTH_BUDGET, flush=False), "torch"
+        skipped = []  # why a read kernel was not timed: said in the record, not swallowed
+        if impl == READ and dev.is_cuda and not readers:
+            skipped.append("triton stream: triton is not importable")
         for other, read in readers.items() if impl == READ else ():  # the best of every read kernel
             try:
                 t2 = time_kernel(read, dev, BANDWIDTH_BUDGET, flush=False)
-            except Exception:  # a triton that cannot compile here: x.sum() stands
+            except Exception as e:  # a triton that cannot compile here: x.sum() stands, and says why
+                skipped.append(f"{other}: {one_line(e)}")
                 continue
             if t2.best < t.best:
                 t, name = t2, other
         set_time(rec, t.best, 0, passes * n * FP32_BYTES)
         rec["timing"] = t.method + ", best" + (f" ({name})" if impl == READ else "")
+        if skipped:
+            rec["skipped"] = "; ".join(skipped)
         yield rec, True
     kernels.clear()  # the buffers go with the lambdas
     dev.free_memory()
@@ -163,8 +169,11 @@ def stream_readers(torch: Any, x: Any) -> dict[str, Callable[[], Any]]:
     except ImportError:
         return {}
 
+    # No annotations on the parameters but BLOCK's: Triton (3.6, 3.7) resolves every annotation
+    # as a global of the kernel, and ``Any`` is not one it may read ("NameError: Cannot access
+    # global variable Any"), so the kernel never compiled and x.sum() stood alone.
     @triton.jit  # type: ignore[misc]
-    def _read(x_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:
+    def _read(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         v = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
         tl.atomic_add(out_ptr, tl.sum(v, axis=0))
