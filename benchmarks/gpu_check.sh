@@ -21,7 +21,10 @@ out="${OUT:-results}"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-py="${PYTHON:-python}"
+py="${PYTHON:-}"  # the interpreter: $PYTHON, else python3 (what CUDA images have), else python
+if [ -z "$py" ]; then
+    if command -v python3 >/dev/null; then py=python3; else py=python; fi
+fi
 summary="$out/summary.txt"
 : > "$summary"
 archive="$out/gpu_check.tar.gz"
@@ -75,18 +78,41 @@ step() {
 }
 
 say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+# the CUDA check says what it found: the interpreter, torch.__version__, torch.version.cuda and,
+# when CUDA is not usable, torch's own error (torch.cuda.init() raises with the reason)
+cuda_check=$("$py" - 2>&1 <<'PY'
+import sys
+print("interpreter", sys.executable, "(Python", sys.version.split()[0] + ")")
+try:
+    import torch
+except Exception as e:
+    print("torch: cannot import:", type(e).__name__, " ".join(str(e).split())[:200])
+    sys.exit(1)
+print("torch", torch.__version__, "torch.version.cuda", torch.version.cuda)
+try:
+    torch.cuda.init()
+    print("CUDA device:", torch.cuda.get_device_name())
+except Exception as e:
+    print("CUDA: not usable:", type(e).__name__, " ".join(str(e).split())[:200])
+    sys.exit(1)
+PY
+)
+cuda_rc=$?
+[ -n "$cuda_check" ] || cuda_check="$py: cannot run (exit $cuda_rc)"
+echo "$cuda_check" | sed 's/^/  env: /' | tee -a "$summary"
+echo "$cuda_check" > "$work/env.txt"
+if [ $cuda_rc -ne 0 ]; then
     say "gpu_check: torch with CUDA is needed (pip install 'attnroof[measure]' on a GPU machine)"
     exit 2
 fi
-{
-    "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+tools=$({
     "$py" -c 'import triton; print("triton", triton.__version__)' 2>/dev/null || echo "triton: absent (CUDA events timing)"
     command -v cc >/dev/null && echo "C compiler: $(command -v cc)" || echo "C compiler: none (do_bench cannot build; CUDA events)"
     command -v ncu >/dev/null && ncu --version | tail -1 || echo "ncu: not on PATH"
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null || true
-} > "$work/env.txt" 2>&1
-sed 's/^/  env: /' "$work/env.txt" | tee -a "$summary"
+} 2>&1)
+echo "$tools" >> "$work/env.txt"
+echo "$tools" | sed 's/^/  env: /' | tee -a "$summary"
 
 dev=(--device h200)
 "$py" -m attnroof attention -s 1k -d 64 --device h200 >/dev/null 2>&1 || dev=()

@@ -229,6 +229,11 @@ def test_gpu_check_writes_its_summary_before_anything_can_time_out(tmp_path):
     assert res.returncode == 2  # no CUDA here: said, in the summary already
     text = (tmp_path / "summary.txt").read_text()
     assert text.startswith("gpu_check ") and "torch with CUDA is needed" in text
+    torch = pytest.importorskip("torch")
+    # the CUDA check says why: the interpreter (python3 by default), torch's versions, the error
+    assert "  env: interpreter " in text and "python3" in text.split("interpreter", 1)[1].split("\n")[0]
+    assert f"  env: torch {torch.__version__} torch.version.cuda {torch.version.cuda}" in text
+    assert "  env: CUDA: not usable: " in text
     assert _top_level(tmp_path) == ["gpu_check.tar.gz", "summary.txt"]
     assert "summary.txt" in _archived(tmp_path)
 
