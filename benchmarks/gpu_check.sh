@@ -55,24 +55,49 @@ trap 'exit 143' TERM
 
 say() { echo "$*" | tee -a "$summary"; }
 
-# step NAME LIMIT_S COMMAND...: run with a time limit, log to NAME.log, one line in the summary now
+failed=()  # the steps that failed, timed out, or had a case that is not ok or skipped
+
+# statuses FILE...: "N skip, N wrong, ..." of the records' "status" fields in FILE (JSON lines, or
+# the pretty JSON that --json prints), every status but ok, one count each
+statuses() {
+    cat "$@" 2>/dev/null | grep -o '"status": *"[a-z]*"' | sed 's/.*"\([a-z]*\)"$/\1/' | grep -vx ok \
+        | sort | uniq -c | awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2}'
+}
+
+# [results=FILE] step NAME LIMIT_S COMMAND...: run with a time limit, log to NAME.log, one line in
+# the summary now: "ok", "ok, N skip" (cases that cannot run here, each with its reason in the
+# records), or ERRORS when a case is wrong or errored or ncu measured nothing; the statuses are
+# read from the log (what --json printed) and from FILE, where the step writes its records
 step() {
     local name=$1 limit=$2; shift 2
-    local t0=$SECONDS rc
+    local t0=$SECONDS rc log="$work/$name.log"
     # in the background and waited for, so that a signal to this script is handled at once (bash
     # defers a trap until a foreground child ends): the trap stops the step, then packs
-    timeout --kill-after=10 "$limit" "$@" > "$work/$name.log" 2>&1 &
+    timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1 &
     child=$!
     wait "$child"
     rc=$?
     child=
     local took=$((SECONDS - t0))
     if [ $rc -eq 0 ]; then
-        say "ok      $name (${took} s)"
+        local counts bad ncu
+        counts=$(statuses "$log" ${results:+"$results"})
+        bad=$(echo "$counts" | tr ',' '\n' | grep -v ' skip$' | sed 's/^ //' | paste -sd, - | sed 's/,/, /g')
+        ncu=$(grep -m1 -o 'ncu: .*DRAM bytes not measured' "$log")
+        if [ -n "$bad" ] || [ -n "$ncu" ]; then
+            failed+=("$name")
+            say "ERRORS  $name (${took} s): ${counts:-all ok}${ncu:+; $ncu}"
+        elif [ -n "$counts" ]; then
+            say "ok      $name (${took} s), $counts"
+        else
+            say "ok      $name (${took} s)"
+        fi
     elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-        say "TIMEOUT $name after ${limit} s: $(tail -n 1 "$work/$name.log")"
+        failed+=("$name")
+        say "TIMEOUT $name after ${limit} s: $(tail -n 1 "$log")"
     else
-        say "FAILED  $name (exit $rc, ${took} s): $(grep -m1 -E 'error|Error' "$work/$name.log" || tail -n 1 "$work/$name.log")"
+        failed+=("$name")
+        say "FAILED  $name (exit $rc, ${took} s): $(grep -m1 -E 'error|Error' "$log" || tail -n 1 "$log")"
     fi
     return 0
 }
@@ -120,7 +145,7 @@ dev=(--device h200)
 # ncu permission: one tiny case under ncu; ERR_NVGPUCTRPERM is said in one line
 step ncu-probe 60 "$py" -m attnroof measure linear -n 16 -k 256 -m 256 --ncu --json
 
-step ceilings 120 "$py" -m attnroof measure ceilings --quick "${dev[@]}" -o "$work/ceilings.json"
+results="$work/ceilings.json" step ceilings 120 "$py" -m attnroof measure ceilings --quick "${dev[@]}" -o "$work/ceilings.json"
 ceil=()
 [ -s "$work/ceilings.json" ] && ceil=(--ceilings "$work/ceilings.json")
 
@@ -142,7 +167,7 @@ PY
 
 step ncu-suite 180 env ATTNROOF_NCU_TIMEOUT_S=150 "$py" -m attnroof measure attention -s 2048 -d 128 --heads 16 --ncu "${ceil[@]}" --json
 
-step suite 300 "$py" -m attnroof measure suite --quick "${ceil[@]}" "${dev[@]}" -o "$work/results.jsonl" --resume
+results="$work/results.jsonl" step suite 300 "$py" -m attnroof measure suite --quick "${ceil[@]}" "${dev[@]}" -o "$work/results.jsonl" --resume
 tail -n 3 "$work/suite.log" | sed 's/^/  suite: /' | tee -a "$summary"
 
 # calibrate on every other shape, forecast the rest, compare with what was measured
@@ -176,4 +201,8 @@ PY
 tail -n 1 "$work/forecast.txt" 2>/dev/null | sed 's/^/  forecast: /' | tee -a "$summary"
 [ -s "$work/results.jsonl" ] && "$py" benchmarks/calibration.py "$work/results.jsonl" > "$work/accuracy.txt" 2>&1 \
     && sed 's/^/  accuracy: /' "$work/accuracy.txt" | tee -a "$summary"
-say "gpu_check: done $(date -u +%H:%M:%SZ); every step's log is in $archive"
+if [ ${#failed[@]} -gt 0 ]; then
+    say "gpu_check: done $(date -u +%H:%M:%SZ); ${#failed[@]} step(s) not ok: ${failed[*]}; every step's log is in $archive"
+    exit 1
+fi
+say "gpu_check: done $(date -u +%H:%M:%SZ); every step ok; every step's log is in $archive"

@@ -325,3 +325,40 @@ def test_a_read_kernel_that_fails_is_recorded_with_its_reason(monkeypatch):
     monkeypatch.setattr(ceilings, "stream_readers", lambda torch, x: {})  # no triton: said too
     read = next(r for r, _ in ceilings._bandwidth(dev, {}) if r["impl"] == ceilings.READ)
     assert read["skipped"] == "triton stream: triton is not importable"
+
+
+def test_gpu_check_says_skipped_and_wrong_cases_and_fails_on_them(tmp_path):
+    """ "ok" is exit 0 with every case ok; skipped cases are counted beside it; a wrong or errored
+    case, or ncu that measured nothing, marks the step ERRORS and the script exits non-zero."""
+    out, bin_ = tmp_path / "out", tmp_path / "bin"
+    bin_.mkdir()
+    py = _fake_python(
+        bin_,
+        'case "$*" in\n'
+        '  *--ncu*) echo "ncu: ERR_NVGPUCTRPERM: no permission; DRAM bytes not measured";;\n'
+        '  *decode*) printf \'{"status": "ok"}\\n{"status": "skip"}\\n{"status": "skip"}\\n\';;\n'
+        '  *linear*fp32*) printf \'{"status": "wrong"}\\n{"status": "error"}\\n{"status": "skip"}\\n\';;\n'
+        '  *) echo \'{"status": "ok"}\';;\n'
+        "esac\n",
+    )
+    env = dict(os.environ, OUT=str(out), PYTHON=py)
+    res = subprocess.run(["bash", GPU_CHECK], capture_output=True, text=True, env=env, timeout=120)
+    text = (out / "summary.txt").read_text()
+    lines = {ln.split()[1]: ln for ln in text.splitlines() if ln[:7].strip() in ("ok", "ERRORS", "FAILED")}
+    assert lines["attention-bf16"].startswith("ok      attention-bf16 (") and lines[
+        "attention-bf16"
+    ].endswith("s)")
+    assert lines["decode-bf16"].startswith("ok      decode-bf16") and lines["decode-bf16"].endswith(
+        "s), 2 skip"
+    )
+    assert (
+        lines["linear-fp32"].startswith("ERRORS  linear-fp32")
+        and "1 error, 1 skip, 1 wrong" in lines["linear-fp32"]
+    )
+    assert lines["linear-bf16"].startswith("ok      linear-bf16")
+    assert (
+        lines["ncu-probe"].startswith("ERRORS  ncu-probe") and "DRAM bytes not measured" in lines["ncu-probe"]
+    )
+    assert res.returncode == 1, res.stderr
+    assert "step(s) not ok: ncu-probe linear-fp32 ncu-suite" in text
+    assert _top_level(out) == ["gpu_check.tar.gz", "summary.txt"]
