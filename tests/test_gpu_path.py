@@ -362,3 +362,23 @@ def test_gpu_check_says_skipped_and_wrong_cases_and_fails_on_them(tmp_path):
     assert res.returncode == 1, res.stderr
     assert "step(s) not ok: ncu-probe linear-fp32 ncu-suite" in text
     assert _top_level(out) == ["gpu_check.tar.gz", "summary.txt"]
+
+
+# ---------------------------------------------------------------- the cache flush reads
+
+
+def test_cache_flush_reads_its_buffer_and_writes_nothing(monkeypatch):
+    """A flush that writes leaves dirty lines for the timed kernel to write back: it reads."""
+    pytest.importorskip("torch")
+    from attnroof.measure import env
+
+    monkeypatch.setattr(env, "cpu_flush_bytes", lambda: 1 << 20)
+    dev = env.local_device("cpu")
+    dev.flush_caches()
+    buf = dev._flush
+    assert buf.numel() == 1 << 20 and int(dev._sink) == 0
+    buf[12345] = 7  # a sentinel: the next flush must see it (read) and leave it (no write)
+    before = buf.clone()
+    dev.flush_caches()
+    assert dev._flush is buf and int(dev._sink) == 7  # read: the sum saw the sentinel
+    assert bool((buf == before).all())  # not written: the content is as it was

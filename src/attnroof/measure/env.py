@@ -18,10 +18,11 @@ THREADS_ENV = "ATTNROOF_CPU_THREADS"
 """Set to pin the CPU thread count (otherwise: the idle cores, at most CPU_THREADS)."""
 
 GPU_FLUSH_BYTES = 256 * MiB
-"""Written between CUDA repetitions to evict L2 (what triton.testing.do_bench writes)."""
+"""Read between CUDA repetitions to evict L2 (the size triton.testing.do_bench uses; it writes
+its buffer, this reads it, leaving no dirty lines)."""
 
 CPU_FLUSH_DEFAULT_BYTES = 64 * MiB
-"""Written between CPU repetitions when the last-level cache size cannot be read."""
+"""Read between CPU repetitions when the last-level cache size cannot be found."""
 CPU_FLUSH_MAX_BYTES = 512 * MiB
 
 MEMORY_SHARE = 0.8
@@ -38,6 +39,7 @@ class TorchDevice:
     memory_limit_bytes: float
     capacity_bytes: float
     _flush: Any = field(default=None, repr=False)
+    _sink: Any = field(default=None, repr=False)
 
     @property
     def is_cuda(self) -> bool:
@@ -53,11 +55,15 @@ class TorchDevice:
             self.torch.cuda.synchronize(self.device)
 
     def flush_caches(self) -> None:
-        """Write a buffer larger than the last-level cache, so that the next run starts cold."""
+        """Read a buffer larger than the last-level cache, so that the next run starts cold.
+
+        Read, not written: a write (``zero_()``, ``fill_()``) leaves the cache full of dirty lines
+        that the timed kernel then pays to write back. The sum is kept (``_sink``) so that the
+        read is not work without a result; the buffer is zeroed once, when it is made."""
         if self._flush is None:
             size = GPU_FLUSH_BYTES if self.is_cuda else cpu_flush_bytes()
-            self._flush = self.torch.empty(int(size), dtype=self.torch.int8, device=self.device)
-        self._flush.fill_(1)
+            self._flush = self.torch.zeros(int(size), dtype=self.torch.int8, device=self.device)
+        self._sink = self._flush.sum()
 
     def free_memory(self) -> None:
         """Give cached allocations back after a case (CUDA)."""
