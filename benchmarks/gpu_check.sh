@@ -4,7 +4,11 @@
 # summary.txt is written AS IT GOES (a step that fails or times out is marked and the next runs),
 # so a run cut short still says what it saw.
 #
-#   benchmarks/gpu_check.sh            # writes under $OUT if set, else results/
+#   benchmarks/gpu_check.sh [OUTDIR]   # writes under OUTDIR, else $OUT if set, else results/
+#
+# Without CUDA (torch importable, CUDA not usable) the flow runs on the CPU: the CUDA-only steps
+# (ncu-probe, timer-do-bench, ncu-suite) are skipped, each with the reason in the summary, and the
+# rest runs as on a GPU (about 200 s on a 2-core machine).
 #
 # Steps (limit): env; ncu permission probe (60 s); ceilings with the Triton read kernel (120 s);
 # each implementation × dtype once (bf16, fp16, fp32 with the tf32 switch; 240 s); the timers
@@ -17,7 +21,7 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
-out="${OUT:-results}"
+out="${1:-${OUT:-results}}"  # the output folder: the first argument, else $OUT, else results/
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -73,7 +77,7 @@ step() {
     local t0=$SECONDS rc log="$work/$name.log"
     # in the background and waited for, so that a signal to this script is handled at once (bash
     # defers a trap until a foreground child ends): the trap stops the step, then packs
-    timeout --kill-after=10 "$limit" "$@" > "$log" 2>&1 &
+    timeout --kill-after=10 "$limit" "$@" < /dev/stdin > "$log" 2>&1 &  # stdin kept: a here-doc step
     child=$!
     wait "$child"
     rc=$?
@@ -126,10 +130,25 @@ cuda_rc=$?
 [ -n "$cuda_check" ] || cuda_check="$py: cannot run (exit $cuda_rc)"
 echo "$cuda_check" | sed 's/^/  env: /' | tee -a "$summary"
 echo "$cuda_check" > "$work/env.txt"
+cuda=1
 if [ $cuda_rc -ne 0 ]; then
-    say "gpu_check: torch with CUDA is needed (pip install 'attnroof[measure]' on a GPU machine)"
-    exit 2
+    if ! "$py" -c 'import torch' 2>/dev/null; then
+        say "gpu_check: torch is needed (pip install 'attnroof[measure]'; with CUDA on a GPU machine)"
+        exit 2
+    fi
+    cuda=
+    no_cuda="no CUDA here ($(echo "$cuda_check" | tail -n 1))"
+    say "gpu_check: $no_cuda: the CUDA-only steps are skipped, the rest runs on the CPU"
 fi
+
+# cuda_step NAME LIMIT_S COMMAND...: a step that needs CUDA; without it, skipped and said why
+cuda_step() {
+    if [ -n "$cuda" ]; then
+        step "$@"
+    else
+        say "skipped $1: $no_cuda"
+    fi
+}
 tools=$({
     "$py" -c 'import triton; print("triton", triton.__version__)' 2>/dev/null || echo "triton: absent (CUDA events timing)"
     command -v cc >/dev/null && echo "C compiler: $(command -v cc)" || echo "C compiler: none (do_bench cannot build; CUDA events)"
@@ -143,7 +162,7 @@ dev=(--device h200)
 "$py" -m attnroof attention -s 1k -d 64 --device h200 >/dev/null 2>&1 || dev=()
 
 # ncu permission: one tiny case under ncu; ERR_NVGPUCTRPERM is said in one line
-step ncu-probe 60 "$py" -m attnroof measure linear -n 16 -k 256 -m 256 --ncu --json
+cuda_step ncu-probe 60 "$py" -m attnroof measure linear -n 16 -k 256 -m 256 --ncu --json
 
 results="$work/ceilings.json" step ceilings 120 "$py" -m attnroof measure ceilings --quick "${dev[@]}" -o "$work/ceilings.json"
 ceil=()
@@ -156,7 +175,7 @@ for dt in bf16 fp16 fp32; do
 done
 
 # the two timers: do_bench (triton; falls back to CUDA events, said once) and plain CUDA events
-step timer-do-bench 60 "$py" - <<'PY'
+cuda_step timer-do-bench 60 "$py" - <<'PY'
 import torch
 from attnroof.measure.env import local_device
 from attnroof.measure.timing import QUICK, time_kernel
@@ -165,7 +184,7 @@ x = torch.randn(1 << 24, device="cuda")
 print(time_kernel(lambda: x.sum(), dev, QUICK), time_kernel(lambda: x.sum(), dev, QUICK, flush=False))
 PY
 
-step ncu-suite 180 env ATTNROOF_NCU_TIMEOUT_S=150 "$py" -m attnroof measure attention -s 2048 -d 128 --heads 16 --ncu "${ceil[@]}" --json
+cuda_step ncu-suite 180 env ATTNROOF_NCU_TIMEOUT_S=150 "$py" -m attnroof measure attention -s 2048 -d 128 --heads 16 --ncu "${ceil[@]}" --json
 
 results="$work/results.jsonl" step suite 300 "$py" -m attnroof measure suite --quick "${ceil[@]}" "${dev[@]}" -o "$work/results.jsonl" --resume
 tail -n 3 "$work/suite.log" | sed 's/^/  suite: /' | tee -a "$summary"
