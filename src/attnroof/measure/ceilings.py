@@ -27,6 +27,7 @@ from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
 from attnroof.measure.records import CEILING, OK, SKIP, new_record, place_record, set_time
 from attnroof.measure.runner import is_out_of_memory, one_line
+from attnroof.measure.stream import stream_readers
 from attnroof.measure.timing import Budget, time_kernel
 from attnroof.units import GiB, MiB, si
 
@@ -152,42 +153,6 @@ def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator
         yield rec, True
     kernels.clear()  # the buffers go with the lambdas
     dev.free_memory()
-
-
-STREAM_BLOCKS = (2048, 8192, 32768)
-"""Elements per program of the Triton read kernel; the best block size is kept."""
-
-
-def stream_readers(torch: Any, x: Any) -> dict[str, Callable[[], Any]]:
-    """Triton kernels made to stream ``x`` (read only: wide vectorised loads, evict-first, one
-    atomic add per program), one per block size; none without triton. A plain ``x.sum()``
-    reads about 4.26 TB/s on an H200 where cuDNN decode streams its KV cache at 4.64 TB/s: the
-    read ceiling is the best of all read kernels."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return {}
-
-    # No annotations on the parameters but BLOCK's: Triton (3.6, 3.7) resolves every annotation
-    # as a global of the kernel, and ``Any`` is not one it may read ("NameError: Cannot access
-    # global variable Any"), so the kernel never compiled and x.sum() stood alone.
-    @triton.jit  # type: ignore[misc]
-    def _read(x_ptr, out_ptr, n, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
-        tl.atomic_add(out_ptr, tl.sum(v, axis=0))
-
-    out = torch.zeros(1, device=x.device, dtype=torch.float32)
-    n = x.numel()
-    return {
-        f"triton stream, block {b}": partial(_launch, _read, (triton.cdiv(n, b),), x, out, n, b)
-        for b in STREAM_BLOCKS
-    }
-
-
-def _launch(kernel: Any, grid: tuple[int], x: Any, out: Any, n: int, block: int) -> None:
-    kernel[grid](x, out, n, BLOCK=block)
 
 
 def _matmuls(
