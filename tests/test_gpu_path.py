@@ -441,3 +441,51 @@ def test_cache_flush_reads_at_memory_speed(monkeypatch):
     for _ in range(3):
         dev.flush_caches()
     assert (time.perf_counter() - t0) / 3 < 0.5
+
+
+# ---------------------------------------------------------------- inputs drawn once, on the device
+
+
+def test_inputs_are_drawn_on_the_device_once_per_shape(monkeypatch):
+    """A CPU draw moved to the device was 6.5e10 normals for the quick CUDA plan, drawn again for
+    each implementation: the inputs are drawn on the device given, by its own seeded generator,
+    in the case's dtype, once per shape, and the shape before is let go."""
+    torch = pytest.importorskip("torch")
+    from attnroof.measure import env
+    from attnroof.measure.kernels import attention_case, decode_case
+    from attnroof.measure.runner import measure_case
+    from attnroof.measure.timing import QUICK
+
+    draws = []
+
+    class CountingTorch:  # torch, with every randn call written down
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        def randn(self, *shape, generator, device, dtype):
+            draws.append((shape, generator.device, device, dtype, generator.initial_seed()))
+            return torch.randn(*shape, generator=generator, device=device, dtype=dtype)
+
+    monkeypatch.setattr(env, "cpu_flush_bytes", lambda: 1 << 20)
+    real = env.local_device("cpu")
+    dev = env.TorchDevice(CountingTorch(), real.device, real.name, real.memory_limit_bytes, 1.0)
+    prefill = [
+        attention_case(impl, 128, 32, heads=2, causal=causal)
+        for causal in (False, True)
+        for impl in ("eager", "sdpa-math", "sdpa-flash")
+    ]
+    recs = [measure_case(c, dev, budget=QUICK) for c in prefill]
+    assert [r["status"] for r in recs] == ["ok"] * 6, [r.get("reason") for r in recs]
+    # six cases, one shape: q, k, v drawn once (seeds 0, 1, 2), on the CPU, in bf16
+    assert draws == [((1, 2, 128, 32), real.device, real.device, torch.bfloat16, seed) for seed in (0, 1, 2)]
+    q = dev.inputs[0]
+    assert measure_case(prefill[0], dev, budget=QUICK)["rel_error"] == recs[0]["rel_error"]  # same numbers
+    assert len(draws) == 3 and dev.inputs[0] is q
+
+    measure_case(decode_case("eager-gqa", 256, 32, heads=4, group=2), dev, budget=QUICK)
+    measure_case(decode_case("sdpa-math", 256, 32, heads=4, group=2), dev, budget=QUICK)
+    # a new shape: q (1, 2 kv heads, 2 queries, 32), k and v (1, 2, 256, 32), once for both
+    assert [d[0] for d in draws[3:]] == [(1, 2, 2, 32), (1, 2, 256, 32), (1, 2, 256, 32)]
+    assert all(t is not q for t in dev.inputs.values())  # the prefill inputs are let go
+    dev.drop_inputs()
+    assert dev.inputs == {}

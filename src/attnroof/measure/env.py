@@ -43,6 +43,9 @@ class TorchDevice:
     capacity_bytes: float
     _flush: Any = field(default=None, repr=False)
     _sink: Any = field(default=None, repr=False)
+    inputs: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Tensors kept from one case to the next: the inputs of the shape being measured, drawn once
+    and read by every implementation of it (``kernels.py``)."""
 
     @property
     def is_cuda(self) -> bool:
@@ -72,8 +75,12 @@ class TorchDevice:
             self._flush = self.torch.zeros(words, dtype=self.torch.int64, device=self.device)
         self._sink = self._flush.sum()
 
+    def drop_inputs(self) -> None:
+        """Let the kept inputs go (the next free_memory() gives their memory back)."""
+        self.inputs.clear()
+
     def free_memory(self) -> None:
-        """Give cached allocations back after a case (CUDA)."""
+        """Give cached allocations back after a case (CUDA): only what nothing holds any more."""
         if self.is_cuda:
             self.torch.cuda.empty_cache()
 
