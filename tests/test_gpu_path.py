@@ -4,6 +4,7 @@ permission, a timed-out ncu's process group, ncu's cache control beside the byte
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -489,3 +490,80 @@ def test_inputs_are_drawn_on_the_device_once_per_shape(monkeypatch):
     assert all(t is not q for t in dev.inputs.values())  # the prefill inputs are let go
     dev.drop_inputs()
     assert dev.inputs == {}
+
+
+# ---------------------------------------------------------------- ncu is never orphaned
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while True:
+        stat = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
+        if stat.strip() == "" or stat.strip().startswith("Z"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", -15), ("SIGINT", -2)])
+def test_a_stopped_measurement_takes_ncu_and_its_child_with_it(tmp_path, sig, code):
+    """ncu runs in a session of its own, so a step's ``timeout`` (SIGTERM to the measuring
+    process) never reached it: ncu and the profiled child kept the GPU. A stop signal now kills
+    the group first. Stand-ins: ``sh`` for ncu, ``sleep`` for the profiled child."""
+    import signal
+
+    pidfile = tmp_path / "pid"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; from attnroof.measure import ncu; "
+            f"ncu.run_group(['sh', '-c', 'sleep 120 & echo $! > {pidfile}; wait'], dict(os.environ), 300)",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline and parent.poll() is None
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    parent.send_signal(getattr(signal, sig))
+    assert (
+        parent.wait(timeout=30) == code
+    )  # ended by the signal (SIGINT: by KeyboardInterrupt, as Python does)
+    assert _gone(child), f"the profiled stand-in {child} outlived the measurement"
+
+
+def test_ncu_child_replaces_done_json_whole_after_each_case(tmp_path, monkeypatch):
+    """done.json is read by the parent after a timeout, possibly while the child writes it: each
+    write is a whole new file renamed over the old (outfile's atomic write), never a half one."""
+    from attnroof import outfile
+    from attnroof.measure import env, kernels
+
+    class Cuda:
+        _sleep = staticmethod(lambda cycles: None)
+        profiler = types.SimpleNamespace(start=lambda: None, stop=lambda: None)
+
+    dev = types.SimpleNamespace(
+        torch=types.SimpleNamespace(cuda=Cuda), sync=lambda: None, free_memory=lambda: None
+    )
+    monkeypatch.setattr(env, "local_device", lambda *a: dev)
+    monkeypatch.setattr(kernels, "prepare", lambda case, dev: kernels.Prepared(lambda: None, lambda out: 0.0))
+    written = []
+    real = outfile._replace
+    monkeypatch.setattr(
+        outfile, "_replace", lambda path, data: (written.append(json.loads(data)), real(path, data))
+    )
+    cases = [
+        {"kind": "linear", "impl": "linear", "shape": {"n": n, "k": 8, "m": 8}, "dtype": "bf16"}
+        for n in (1, 2)
+    ]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    assert ncu._child(str(tmp_path / "cases.json"), str(tmp_path / "done.json")) == 0
+    first = ["linear/linear/bf16/n=1,k=8,m=8", True]
+    second = ["linear/linear/bf16/n=2,k=8,m=8", True]
+    assert written == [[first], [first, second], [first, second]]  # after each case, then at the end
+    assert json.loads((tmp_path / "done.json").read_text()) == [first, second]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.json", "done.json"]  # no temporary left
