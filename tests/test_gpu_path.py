@@ -213,78 +213,6 @@ def test_roof_check_tells_a_low_ceiling_from_a_wrong_count():
     assert "rerun with --ncu" in unknown
 
 
-GPU_CHECK = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu_check.sh")
-
-
-def _top_level(folder):
-    return sorted(p.name for p in folder.iterdir())
-
-
-def _archived(folder):
-    import tarfile
-
-    with tarfile.open(folder / "gpu_check.tar.gz") as tar:
-        return sorted(os.path.normpath(n) for n in tar.getnames() if n not in (".", "./"))
-
-
-def test_gpu_check_writes_its_summary_before_anything_can_time_out(tmp_path):
-    assert subprocess.run(["bash", "-n", GPU_CHECK]).returncode == 0
-    # the real interpreter for the CUDA check and `import torch`; every step a quick stand-in
-    bin_ = tmp_path / "bin"
-    bin_.mkdir()
-    real = subprocess.run(["bash", "-c", "command -v python3"], capture_output=True, text=True).stdout.strip()
-    py = _fake_python(
-        bin_,
-        f'if [ "$*" = "-" ] || [ "$*" = "-c import torch" ]; then exec {real} "$@"; fi\n'
-        'echo \'{"status": "ok"}\'\n',
-    )
-    out = tmp_path / "out"
-    env = dict(os.environ, PYTHON=py, CUDA_VISIBLE_DEVICES="")
-    res = subprocess.run(["bash", GPU_CHECK, str(out)], capture_output=True, text=True, env=env, timeout=120)
-    assert res.returncode == 0, res.stderr  # no CUDA here: the CUDA-only steps skipped, said why
-    text = (out / "summary.txt").read_text()
-    assert text.startswith("gpu_check ") and "no CUDA here" in text
-    for name in ("ncu-probe", "timer-do-bench", "ncu-suite"):
-        assert f"skipped {name}: no CUDA here (CUDA: not usable: " in text
-    assert "ok      suite" in text and "every step ok" in text
-    tmp_path = out
-    torch = pytest.importorskip("torch")
-    # the CUDA check says why: the interpreter (python3 by default), torch's versions, the error
-    assert "  env: interpreter " in text
-    assert f"  env: torch {torch.__version__} torch.version.cuda {torch.version.cuda}" in text
-    assert "  env: CUDA: not usable: " in text
-    assert _top_level(tmp_path) == ["gpu_check.tar.gz", "summary.txt"]
-    assert "summary.txt" in _archived(tmp_path)
-
-
-def _fake_python(folder, body):
-    """A stand-in interpreter for gpu_check.sh: every step runs it, so the flow runs in seconds."""
-    fake = folder / "fakepy"
-    fake.write_text("#!/usr/bin/env bash\n" + body)
-    fake.chmod(0o755)
-    return str(fake)
-
-
-def test_gpu_check_interrupted_still_leaves_one_archive_and_the_summary(tmp_path):
-    out, bin_ = tmp_path / "out", tmp_path / "bin"
-    bin_.mkdir()
-    started = tmp_path / "started"
-    # the CUDA check and env lines pass at once; the first step hangs until the script is stopped
-    py = _fake_python(bin_, f'case "$*" in *ncu*) touch {started}; exec sleep 60;; esac\necho "fake $*"\n')
-    env = dict(os.environ, OUT=str(out), PYTHON=py)
-    proc = subprocess.Popen(["bash", GPU_CHECK], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert started.exists()
-    proc.terminate()
-    proc.communicate(timeout=60)
-    assert proc.returncode != 0
-    assert _top_level(out) == ["gpu_check.tar.gz", "summary.txt"]
-    names = _archived(out)
-    assert "summary.txt" in names and "env.txt" in names and "ncu-probe.log" in names
-
-
 # ---------------------------------------------------------------- the Triton read kernel
 
 
@@ -365,43 +293,6 @@ def test_a_read_kernel_that_fails_is_recorded_with_its_reason(monkeypatch):
     monkeypatch.setattr(ceilings, "stream_readers", lambda torch, x: {})  # no triton: said too
     read = next(r for r, _ in ceilings._bandwidth(dev, {}) if r["impl"] == ceilings.READ)
     assert read["skipped"] == "triton stream: triton is not importable"
-
-
-def test_gpu_check_says_skipped_and_wrong_cases_and_fails_on_them(tmp_path):
-    """ "ok" is exit 0 with every case ok; skipped cases are counted beside it; a wrong or errored
-    case, or ncu that measured nothing, marks the step ERRORS and the script exits non-zero."""
-    out, bin_ = tmp_path / "out", tmp_path / "bin"
-    bin_.mkdir()
-    py = _fake_python(
-        bin_,
-        'case "$*" in\n'
-        '  *--ncu*) echo "ncu: ERR_NVGPUCTRPERM: no permission; DRAM bytes not measured";;\n'
-        '  *decode*) printf \'{"status": "ok"}\\n{"status": "skip"}\\n{"status": "skip"}\\n\';;\n'
-        '  *linear*fp32*) printf \'{"status": "wrong"}\\n{"status": "error"}\\n{"status": "skip"}\\n\';;\n'
-        '  *) echo \'{"status": "ok"}\';;\n'
-        "esac\n",
-    )
-    env = dict(os.environ, OUT=str(out), PYTHON=py)
-    res = subprocess.run(["bash", GPU_CHECK], capture_output=True, text=True, env=env, timeout=120)
-    text = (out / "summary.txt").read_text()
-    lines = {ln.split()[1]: ln for ln in text.splitlines() if ln[:7].strip() in ("ok", "ERRORS", "FAILED")}
-    assert lines["attention-bf16"].startswith("ok      attention-bf16 (") and lines[
-        "attention-bf16"
-    ].endswith("s)")
-    assert lines["decode-bf16"].startswith("ok      decode-bf16") and lines["decode-bf16"].endswith(
-        "s), 2 skip"
-    )
-    assert (
-        lines["linear-fp32"].startswith("ERRORS  linear-fp32")
-        and "1 error, 1 skip, 1 wrong" in lines["linear-fp32"]
-    )
-    assert lines["linear-bf16"].startswith("ok      linear-bf16")
-    assert (
-        lines["ncu-probe"].startswith("ERRORS  ncu-probe") and "DRAM bytes not measured" in lines["ncu-probe"]
-    )
-    assert res.returncode == 1, res.stderr
-    assert "step(s) not ok: ncu-probe linear-fp32 ncu-suite" in text
-    assert _top_level(out) == ["gpu_check.tar.gz", "summary.txt"]
 
 
 # ---------------------------------------------------------------- the cache flush reads
