@@ -52,6 +52,8 @@ NCU_SHAPES = {
     "ncu-probe": ["linear", "-n", "16", "-k", "256", "-m", "256"],
     "ncu-suite": ["attention", "-s", "2048", "-d", "128", "--heads", "16"],
 }
+NCU_PROBE_MAX_S = 30
+"""The probe (one tiny case) is given this at most: a hung probe leaves the suite its time."""
 NCU_MARGIN_S = 25
 """ncu's own timeout is the step's time left less this: ncu stops, and the bytes it counted are
 read and written, before the phase's limit kills the process."""
@@ -218,7 +220,10 @@ def phase_ncu(check: Check) -> None:
     out = check.work / "ncu.jsonl"
     for name, argv in NCU_SHAPES.items():
         # ncu's own limit under the time left: its bytes are kept before the phase is killed
-        os.environ["ATTNROOF_NCU_TIMEOUT_S"] = str(max(10, int(check.left() - NCU_MARGIN_S)))
+        limit = check.left() - NCU_MARGIN_S
+        if name == "ncu-probe":
+            limit = min(limit, NCU_PROBE_MAX_S)
+        os.environ["ATTNROOF_NCU_TIMEOUT_S"] = str(max(10, int(limit)))
         check.step(name, cli("measure", *argv, "--ncu", *ceil, "-o", str(out), "--json"), cuda_only=True)
 
 

@@ -89,7 +89,8 @@ phase() {
     local t0=$SECONDS rc
     # in the background and waited for, so that a signal to this script is handled at once (bash
     # defers a trap until a foreground child ends): the trap stops the phase, then packs
-    timeout --kill-after=5 "$limit" "$py" benchmarks/gpu_check.py "$name" "$work" --deadline "$deadline" \
+    # the phase's own end is its deadline: its steps (and ncu's limit) fit inside the phase
+    timeout --kill-after=5 "$limit" "$py" benchmarks/gpu_check.py "$name" "$work" --deadline "$(( $(date +%s) + limit ))" \
         --summary "$summary" "${no_cuda[@]}" > "$work/phase-$name.log" 2>&1 &
     child=$!
     wait "$child"

@@ -236,3 +236,19 @@ def test_the_verdict_says_no_and_why():
     no_ncu = gc.verdict([_rec("linear", "linear", 0.7)], [])[-1]
     assert "bytes NOT checked (no ncu)" in no_ncu and no_ncu.startswith("the model holds: YES")
     assert gc.verdict([], [])[-1] == "the model holds: NOT KNOWN (no case was measured)"
+
+
+def test_ncu_is_given_a_limit_inside_its_phase(tmp_path, monkeypatch):
+    """ncu's own timeout ends before its phase is killed, so that the bytes it counted are read
+    and written: the probe at most 30 s, the suite the phase's time left less 25 s."""
+    gc = _module()
+    limits = {}
+
+    def fake_cli(*argv):
+        return lambda: limits.setdefault(argv[1], float(os.environ["ATTNROOF_NCU_TIMEOUT_S"])) and 0
+
+    monkeypatch.setattr(gc, "cli", fake_cli)
+    monkeypatch.setenv("ATTNROOF_NCU_TIMEOUT_S", "0")
+    gc.phase_ncu(gc.Check(tmp_path, deadline=time.time() + 100))
+    assert limits["linear"] == 30  # the probe
+    assert 100 - 25 - 5 <= limits["attention"] <= 100 - 25  # the suite: ~75 s of the 100 left
