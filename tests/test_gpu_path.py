@@ -458,3 +458,35 @@ def test_ncu_child_replaces_done_json_whole_after_each_case(tmp_path, monkeypatc
     assert written == [[first], [first, second], [first, second]]  # after each case, then at the end
     assert json.loads((tmp_path / "done.json").read_text()) == [first, second]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.json", "done.json"]  # no temporary left
+
+
+def test_bandwidth_buffers_are_let_go_before_the_memory_is_given_back(monkeypatch):
+    """free_memory() (torch.cuda.empty_cache) gives back only blocks nothing holds: the read,
+    write and copy buffers (and the read kernels holding x) must be gone by then."""
+    import gc
+
+    torch = pytest.importorskip("torch")
+    from attnroof.measure import ceilings
+    from attnroof.measure.env import TorchDevice
+    from attnroof.measure.timing import Timing
+
+    n = 16 * 2**20 // 4  # the smallest buffer, 16 MiB of fp32
+    alive_at_free = []
+
+    class CudaLike(TorchDevice):
+        is_cuda = True  # type: ignore[assignment]  # the CUDA branch, on the CPU
+
+        def free_memory(self) -> None:
+            gc.collect()
+            alive_at_free.append(
+                sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.numel() == n)
+            )
+
+    dev = CudaLike(torch, torch.device("cpu"), "stand-in", 1.0, 1.0)
+    monkeypatch.setattr(ceilings, "stream_readers", lambda torch, x: {"triton stream": lambda: x.sum()})
+    monkeypatch.setattr(
+        ceilings, "time_kernel", lambda fn, *a, **k: (fn(), Timing(1e-3, 3, "stand-in", 1e-3))[1]
+    )
+    recs = [r for r, _ in ceilings._bandwidth(dev, {})]
+    assert [r["shape"]["bytes"] for r in recs] == [4 * n] * 3
+    assert alive_at_free == [0]  # x and y (2 × 16 MiB) were gone when the memory was given back

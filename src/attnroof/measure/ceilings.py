@@ -2,6 +2,7 @@
 per dtype, and the device record they make.
 
     read   x.sum() over a buffer far larger than the last-level cache      bytes = buffer
+           (on CUDA also the Triton read kernel, measure/stream.py: the best read stands)
     write  x.fill_(c)                                                     bytes = buffer
     copy   y.copy_(x)                                   bytes = 2 × buffer (STREAM: read + write)
     matmul a @ b, square n × n, a few large n per dtype                   FLOPs = 2n³
@@ -127,7 +128,7 @@ def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator
         return
     x = torch.randn(n, device=dev.device)
     y = torch.empty_like(x)
-    kernels = {READ: (lambda: x.sum(), 1), WRITE: (lambda: x.fill_(1.5), 1), COPY: (lambda: y.copy_(x), 2)}
+    kernels = {READ: (x.sum, 1), WRITE: (partial(x.fill_, 1.5), 1), COPY: (partial(y.copy_, x), 2)}
     readers = stream_readers(torch, x) if dev.is_cuda else {}
     for impl, (fn, passes) in kernels.items():
         if impl in done:
@@ -151,7 +152,8 @@ def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator
         if skipped:
             rec["skipped"] = "; ".join(skipped)
         yield rec, True
-    kernels.clear()  # the buffers go with the lambdas
+    fn = read = None  # the last kernel and reader tried hold x and y too
+    del x, y, kernels, readers  # nothing holds the buffers now: free_memory() gives them back
     dev.free_memory()
 
 

@@ -315,12 +315,14 @@ def _child(cases_path: str, done_path: str) -> int:
     done: list[list[Any]] = []  # [key, whether the marked run succeeded]
     for spec in json.loads(Path(cases_path).read_text()):
         case = Case(spec["kind"], spec["impl"], spec["shape"], spec["dtype"])
+        prepared = None
         try:
             prepared = prepare(case, dev)
             prepared.run()
             dev.sync()
         except Exception as e:  # the timed run already recorded why; skip it here
             print(f"attnroof ncu: {case.key}: {type(e).__name__}", file=sys.stderr)
+            prepared = None  # its tensors go before the memory is given back
             dev.free_memory()
             continue
         dev.sync()
