@@ -32,6 +32,7 @@ from attnroof.cost import Cost
 from attnroof.dtypes import dtype
 from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
+from attnroof.measure.inputs import TORCH_DTYPES, randn
 from attnroof.ops import attention, decode, linear
 
 ATTENTION, DECODE, LINEAR = "attention", "decode", "linear"
@@ -53,17 +54,12 @@ MASKING = frozenset({"eager", "sdpa-math"})
 UNAVAILABLE = ("No viable backend", "No available kernel")
 """What torch raises (CPU, CUDA) when a pinned SDPA backend cannot run the inputs."""
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-3}
 """Largest relative error (Frobenius norm) of an output against the float32 reference. bf16 keeps
 8 bits of mantissa (a rounding step of 2⁻⁸ ≈ 0.4%): a kernel that computes the softmax and its
 sums in bf16 (SDPA's math backend, kept in the input dtype) lands near 1e-2 on random inputs, so
 bf16 is allowed 2e-2; a wrong kernel is off by far more. fp32 is allowed 1e-3 because a GPU may
 multiply it at tf32 precision."""
-
-INPUT_SEED = 0
-"""Inputs are drawn from a fixed seed, so that a case's output check and its timing see the same
-numbers on every run."""
 
 CHECK_ROWS = 256
 """Query rows (the last ones, which see the most keys) checked against the reference."""
@@ -177,7 +173,7 @@ class Prepared:
 
 def prepare(case: Case, dev: TorchDevice) -> Prepared:
     """The kernel of ``case`` over its shape's random inputs on ``dev`` (drawn there, once per
-    shape: :func:`_randn`)."""
+    shape: :func:`attnroof.measure.inputs.randn`)."""
     if case.impl not in IMPLS.get(case.kind, ()):
         raise InputError(
             f"no implementation {case.impl!r} for {case.kind}; known: {', '.join(IMPLS.get(case.kind, ()))}"
@@ -188,35 +184,6 @@ def prepare(case: Case, dev: TorchDevice) -> Prepared:
 def _rel_error(torch: Any, out: Any, ref: Any) -> float:
     out = out.float()
     return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
-
-
-def _randn(dev: TorchDevice, case: Case, tensor: int, *shape: int) -> Any:
-    """Normal inputs of ``shape`` for the case's ``tensor``-th input, the same on every run: drawn
-    on the device itself, in the case's dtype, by a generator of that device seeded with
-    :data:`INPUT_SEED` + ``tensor`` (a CPU draw of the quick CUDA plan was 6.5e10 normals, and a
-    decode K of s = 131072 17 GB of float32 before the copy).
-
-    Drawn once per shape: every implementation of the shape (and its causal twin) reads the same
-    tensors, kept in ``dev.inputs``; the previous shape's inputs are let go before a new shape
-    draws its own, so that only one shape's inputs are ever held."""
-    torch = dev.torch
-    key = input_key(case)
-    held = dev.inputs
-    if held.get("shape") != key:
-        held.clear()
-        held["shape"] = key
-    if tensor not in held:
-        gen = torch.Generator(device=dev.device).manual_seed(INPUT_SEED + tensor)
-        held[tensor] = torch.randn(
-            *shape, generator=gen, device=dev.device, dtype=getattr(torch, TORCH_DTYPES[case.dtype])
-        )
-    return held[tensor]
-
-
-def input_key(case: Case) -> tuple[Any, ...]:
-    """What a case's inputs depend on: its kind, dtype and shape, not its implementation nor
-    whether it masks (``causal``)."""
-    return (case.kind, case.dtype, *((k, v) for k, v in case.shape.items() if k != "causal"))
 
 
 def _reference_attention(torch: Any, q: Any, k: Any, v: Any, rows: Any, causal: bool) -> Any:
@@ -315,7 +282,7 @@ def _one_line(text: str, limit: int = 240) -> str:
 def _attention(case: Case, dev: TorchDevice) -> Prepared:
     torch, sh = dev.torch, case.shape
     b, h, s, d, causal = sh["batch"], sh["heads"], sh["s"], sh["d"], sh["causal"]
-    q, k, v = (_randn(dev, case, i, b, h, s, d) for i in range(3))
+    q, k, v = (randn(dev, case, i, b, h, s, d) for i in range(3))
     if case.impl == "eager":
         qs = q * (1 / math.sqrt(d))
         mask = torch.ones(s, s, dtype=torch.bool, device=dev.device).triu_(1) if causal else None
@@ -340,8 +307,8 @@ def _decode(case: Case, dev: TorchDevice) -> Prepared:
     torch, sh = dev.torch, case.shape
     b, g, s, d = sh["batch"], sh["group"], sh["s"], sh["d"]
     kv_heads = sh["heads"] // g
-    q = _randn(dev, case, 0, b, kv_heads, g, d)  # the group's query heads, one token each
-    k, v = (_randn(dev, case, i, b, kv_heads, s, d) for i in (1, 2))
+    q = randn(dev, case, 0, b, kv_heads, g, d)  # the group's query heads, one token each
+    k, v = (randn(dev, case, i, b, kv_heads, s, d) for i in (1, 2))
     if case.impl == "eager-gqa":
         qs = q * (1 / math.sqrt(d))
 
@@ -361,7 +328,7 @@ def _decode(case: Case, dev: TorchDevice) -> Prepared:
 def _linear(case: Case, dev: TorchDevice) -> Prepared:
     torch, sh = dev.torch, case.shape
     n, k, m = sh["n"], sh["k"], sh["m"]
-    x, w = _randn(dev, case, 0, n, k), _randn(dev, case, 1, m, k)
+    x, w = randn(dev, case, 0, n, k), randn(dev, case, 1, m, k)
 
     def run() -> Any:
         return torch.nn.functional.linear(x, w)
