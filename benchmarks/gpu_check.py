@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import json
 import os
@@ -127,6 +128,7 @@ class Check:
                 traceback.print_exc()
                 rc = 1
         took = time.monotonic() - t0
+        _give_back_memory()  # the next step's memory limit is read from what the GPU has free
         text = log.read_text(encoding="utf-8", errors="replace")
         if rc != 0:
             self.not_ok(name)
@@ -144,6 +146,15 @@ class Check:
             return "errors"
         self.say(f"ok      {name} ({took:.0f} s){', ' + said if said else ''}")
         return "ok"
+
+
+def _give_back_memory() -> None:
+    """What a step's tensors held goes back to the GPU (torch's caching allocator would keep it
+    reserved, in this one process for every step)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def statuses(text: str) -> dict[str, int]:
