@@ -223,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             run_ranks(todo(), warmup=args.warmup, iters=args.iters, on_result=emit, on_ready=ready)
     except KeyboardInterrupt:
+        if launch is not None and launch.rank != 0:
+            raise KeyboardInterrupt(f"rank {launch.rank}: rank 0 keeps what was measured") from None
         if results is None:
             raise KeyboardInterrupt(f"{plural(len(made), 'measurement')} made, none kept (no -o)") from None
         from attnroof.commands._results import interrupted
