@@ -52,7 +52,10 @@ STEP_SHAPES = {
 NCU_SHAPES = {
     "ncu-probe": ["linear", "-n", "16", "-k", "256", "-m", "256"],
     "ncu-suite": ["attention", "-s", "2048", "-d", "128", "--heads", "16"],
+    "ncu-decode": ["decode", "-s", "8192", "-d", "128", "--batch", "4", "--heads", "32", "--group", "4"],
 }
+"""Cases under ncu: the probe (does ncu read counters here?), then prefill and decode, so that every
+attention implementation has its DRAM bytes beside the model's."""
 NCU_PROBE_MAX_S = 30
 """The probe (one tiny case) is given this at most: a hung probe leaves the suite its time."""
 NCU_MARGIN_S = 25

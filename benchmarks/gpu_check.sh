@@ -8,19 +8,19 @@
 #   benchmarks/gpu_check.sh [OUTDIR]   # writes under OUTDIR, else $OUT if set, else results/
 #
 # Phases (limit), one Python process each (torch starts once a phase: ~5 s, not ~15 times):
-#   env      the interpreter, torch, CUDA, triton, ncu (30 s)
+#   env      the interpreter, torch, CUDA, triton, ncu (60 s)
 #   measure  ceilings (measured once: every later step reads them), each implementation × dtype
 #            (bf16, fp16, fp32 with the tf32 switch), the timers (do_bench, CUDA events), the
-#            quick suite (240 s)
-#   ncu      a probe case, then --ncu on an attention case (100 s; ncu's own limit is the time
-#            left less 25 s, so its bytes are kept before the phase is killed)
+#            quick suite (220 s)
+#   ncu      a probe case, then --ncu on a prefill and a decode case (120 s; ncu's own limit is
+#            the time left less 25 s, so its bytes are kept before the phase is killed)
 #   report   calibrate on two shapes in three, forecast the third, the accuracy table and the
 #            verdict: bytes ncu/model, efficiency and forecast error per implementation (40 s)
 # The steps of a phase are in benchmarks/gpu_check.py.
 #
 # Without CUDA (torch importable, CUDA not usable) the flow runs on the CPU with CPU-sized
 # shapes: the CUDA-only steps (timers, ncu) are skipped, each with the reason in the summary
-# (about a minute on a 2-core machine).
+# (some 15 s on two idle cores, under a minute on loaded ones).
 #
 # Leaves exactly two files in the output folder (only a few files of a folder come back from a
 # remote GPU machine): summary.txt, written as it goes, and gpu_check.tar.gz, packed on every exit
@@ -109,7 +109,7 @@ phase() {
 say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 # the CUDA check says what it found: the interpreter, torch.__version__, torch.version.cuda and,
 # when CUDA is not usable, torch's own error (torch.cuda.init() raises with the reason)
-cuda_check=$("$py" - 2>&1 <<'PY'
+cuda_check=$(timeout --kill-after=5 60 "$py" - 2>&1 <<'PY'
 import sys
 print("interpreter", sys.executable, "(Python", sys.version.split()[0] + ")")
 try:
@@ -136,6 +136,10 @@ cuda_rc=$?
 echo "$cuda_check" | sed 's/^/  env: /' | tee -a "$summary"
 echo "$cuda_check" > "$work/env.txt"
 no_cuda=()
+if [ $cuda_rc -eq 124 ] || [ $cuda_rc -eq 137 ]; then
+    say "gpu_check: the CUDA check did not end within 60 s (a hung driver?): nothing else can run"
+    exit 1
+fi
 if [ $cuda_rc -ne 0 ]; then
     if [ $cuda_rc -ne 1 ]; then
         say "gpu_check: torch is needed (pip install 'attnroof[measure]'; with CUDA on a GPU machine)"
@@ -154,8 +158,8 @@ tools=$({
 echo "$tools" >> "$work/env.txt"
 echo "$tools" | sed 's/^/  env: /' | tee -a "$summary"
 
-phase measure 240
-phase ncu 100
+phase measure 220
+phase ncu 120
 phase report 40
 
 steps=()

@@ -72,7 +72,7 @@ def test_gpu_check_runs_the_whole_flow_on_the_cpu_within_two_minutes(tmp_path):
 
     assert f"  env: torch {torch.__version__} torch.version.cuda {torch.version.cuda}" in text
     assert "  env: CUDA: not usable: " in text
-    for name in ("timers", "ncu-probe", "ncu-suite"):
+    for name in ("timers", "ncu-probe", "ncu-suite", "ncu-decode"):
         assert f"skipped {name}: no CUDA here (CUDA: not usable: " in text
     steps = ["ceilings", "suite", "calibrate", "accuracy"] + [
         f"{k}-{dt}" for dt in ("bf16", "fp16", "fp32") for k in ("attention", "decode", "linear")
@@ -252,3 +252,4 @@ def test_ncu_is_given_a_limit_inside_its_phase(tmp_path, monkeypatch):
     gc.phase_ncu(gc.Check(tmp_path, deadline=time.time() + 100))
     assert limits["linear"] == 30  # the probe
     assert 100 - 25 - 5 <= limits["attention"] <= 100 - 25  # the suite: ~75 s of the 100 left
+    assert 100 - 25 - 5 <= limits["decode"] <= 100 - 25  # (the stand-ins take no time)
