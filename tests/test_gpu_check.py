@@ -253,3 +253,46 @@ def test_ncu_is_given_a_limit_inside_its_phase(tmp_path, monkeypatch):
     assert limits["linear"] == 30  # the probe
     assert 100 - 25 - 5 <= limits["attention"] <= 100 - 25  # the suite: ~75 s of the 100 left
     assert 100 - 25 - 5 <= limits["decode"] <= 100 - 25  # (the stand-ins take no time)
+
+
+def test_every_cuda_step_command_line_parses():
+    """The CUDA steps never run here: their command lines are at least attnroof's own flags (a
+    typo would fail the first GPU run)."""
+    from attnroof.cli import build_parser
+
+    gc = _module()
+    parser = build_parser()
+    lines = [
+        ["measure", k, *a, "--dtype", "fp32", "--ceilings", "c.json", "--json"]
+        for k, a in gc.STEP_SHAPES["cuda"].items()
+    ]
+    lines += [
+        ["measure", *a, "--ncu", "--ceilings", "c.json", "-o", "n.jsonl", "--json"]
+        for a in gc.NCU_SHAPES.values()
+    ]
+    lines += [
+        [
+            "measure",
+            "suite",
+            "--quick",
+            "--ceilings",
+            "c.json",
+            "--device",
+            "h200",
+            "-o",
+            "r.jsonl",
+            "--resume",
+        ]
+    ]
+    lines += [["measure", "ceilings", "--quick", "--device", "h200", "-o", "c.json"]]
+    for argv in lines:
+        args = parser.parse_args(argv)
+        assert args.handler is not None, argv
+    ncu_decode = parser.parse_args(lines[3 + 2])
+    assert (ncu_decode.s, ncu_decode.batch, ncu_decode.heads, ncu_decode.group, ncu_decode.ncu) == (
+        8192,
+        4,
+        32,
+        4,
+        True,
+    )
