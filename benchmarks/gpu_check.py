@@ -370,7 +370,8 @@ def verdict(records: Iterable[Mapping[str, Any]], forecasts: Iterable[Mapping[st
             f"no case above its roof (≤ {_pct(EFFICIENCY_MAX)})",
             f"held-out forecasts median {_pct(pooled)}" if pooled is not None else "no held-out forecast",
         ]
-        lines.append("the model holds: YES — " + "; ".join(checked))
+        yes = "YES" if ncu_seen else "YES on time and forecasts, bytes NOT checked"
+        lines.append(f"the model holds: {yes} — " + "; ".join(checked))
     return lines
 
 
