@@ -490,3 +490,23 @@ def test_bandwidth_buffers_are_let_go_before_the_memory_is_given_back(monkeypatc
     recs = [r for r, _ in ceilings._bandwidth(dev, {})]
     assert [r["shape"]["bytes"] for r in recs] == [4 * n] * 3
     assert alive_at_free == [0]  # x and y (2 × 16 MiB) were gone when the memory was given back
+
+
+def test_the_quick_cuda_plan_draws_once_per_shape_and_every_case_fits_an_h200():
+    """The check's quick CUDA plan: 65 cases draw inputs for 14 shapes (once each, on the GPU),
+    where each case drew its own on the CPU before; none is skipped for memory on an H200."""
+    from attnroof.devices import get_device
+    from attnroof.measure.env import MEMORY_SHARE
+    from attnroof.measure.inputs import input_key
+    from attnroof.measure.kernels import estimate_bytes
+    from attnroof.measure.suite import plan_cases
+
+    cases = plan_cases("cuda", quick=True)
+    # prefill: 3 s × 2 (causal or not) × 5 implementations; decode: 3 s × 2 groups × 5; linear: 5
+    assert len(cases) == 3 * 2 * 5 + 3 * 2 * 5 + 5 == 65
+    # shapes: 3 prefill (causal shares its inputs), 3 × 2 decode, 5 linear
+    assert len({input_key(c) for c in cases}) == 3 + 6 + 5 == 14
+    room = get_device("h200").capacity_bytes * MEMORY_SHARE  # 150.1 GB × 0.8 = 120 GB
+    biggest = max(cases, key=estimate_bytes)
+    assert biggest.impl == "sdpa-math" and biggest.shape["s"] == 16384
+    assert estimate_bytes(biggest) < room  # 64.8 GB: three fp32 score matrices of 16 heads
