@@ -1,10 +1,11 @@
 """One rank of ``attnroof measure collectives``: ``python -m attnroof.measure.collective_worker RANK``.
 
-Started by :func:`attnroof.measure.collectives.run_ranks`, never by hand; under ``torchrun`` each
-process the launcher started runs :func:`run_launched` instead (``env://``, no standard input). Standard input brings
-the plan (one JSON line) and, to ranks other than 0, the rendezvous port (one more line). Rank 0
-hosts the ``TCPStore``, says its port, then reports each measurement on standard output as one
-line starting with :data:`~attnroof.measure.collectives.TAG`. torch is imported in :func:`main`.
+Started by :func:`attnroof.measure.collectives.run_ranks`, never by hand (under ``torchrun`` each
+process the launcher started runs :func:`run_launched` instead: ``env://``, no standard input).
+Standard input brings the plan (one JSON line) and, to ranks other than 0, the rendezvous port
+(one more line). Rank 0 hosts the ``TCPStore``, says its port, then reports each measurement on
+standard output as one line starting with :data:`~attnroof.measure.collectives.TAG`. torch is
+imported in :func:`main`.
 
 For each (operation, count) every rank, in step:
 
@@ -202,7 +203,7 @@ def _device(torch: Any, backend: str, local_rank: int) -> Any:
 def _measure_all(me: Rank, items: list[tuple[str, int]], plan: dict[str, Any], report: Any) -> None:
     """Every (operation, count) in step on every rank; ``report(op, count, result)`` on rank 0."""
     torch = me.torch
-    from attnroof.measure.kernels import TORCH_DTYPES
+    from attnroof.measure.inputs import TORCH_DTYPES
 
     dt = getattr(torch, TORCH_DTYPES[plan["dtype"]])
     for op, count in items:
