@@ -39,11 +39,14 @@ def _archived(folder: Path) -> list[str]:
 
 
 def _fake_python(folder: Path, body: str) -> str:
-    """A stand-in interpreter: the CUDA check (a here-doc on stdin, ``-``) runs the real one, the
-    phases run ``body`` (``$3`` is the work folder)."""
-    real = sys.executable
+    """A stand-in interpreter: the CUDA check (a here-doc on stdin, ``-``) answers at once that
+    torch is here and CUDA is not (no torch to import on a loaded machine), the phases run
+    ``body`` (``$3`` is the work folder)."""
+    check = (
+        'cat > /dev/null; echo "torch 0 torch.version.cuda None"; echo "CUDA: not usable: stand-in"; exit 1'
+    )
     fake = folder / "fakepy"
-    fake.write_text(f'#!/usr/bin/env bash\nif [ "$1" = "-" ]; then exec {real} "$@"; fi\n{body}')
+    fake.write_text(f'#!/usr/bin/env bash\nif [ "$1" = "-" ]; then {check}; fi\n{body}')
     fake.chmod(0o755)
     return str(fake)
 
