@@ -100,14 +100,14 @@ def chart(cal: calibration.Calibration, path: str) -> None:
     print(f"wrote {path}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="*", default=[str(p) for p in DEFAULT])
     ap.add_argument(
         "--markdown", action="store_true", help="print the table as Markdown (for docs/forecasts.md)"
     )
     ap.add_argument("--chart", metavar="PNG", help="write the predicted-vs-measured chart")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not args.results:
         print("calibration: no results file given and no reference file found", file=sys.stderr)
         return 2

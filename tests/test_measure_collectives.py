@@ -113,6 +113,85 @@ def test_resume_measures_only_what_the_file_lacks(measured, tmp_path):
     assert "results: " in r.stdout and "(10 records)" in r.stdout
 
 
+# ---------------------------------------------------------------- under torchrun, across nodes
+
+
+def _torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node N -m attnroof ARGS`` (torchrun is this module:
+    ``python -m torch.distributed.run``; --standalone: a rendezvous on a free local port)."""
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(v, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return subprocess.run(
+        [*cmd, "-m", "attnroof", *args], capture_output=True, text=True, env=env, timeout=180
+    )
+
+
+def test_under_torchrun_each_process_is_a_rank_and_rank_0_writes(measured, tmp_path):
+    """Two processes torchrun started meet by env:// and measure what the spawned ranks measure
+    (the same keys); rank 0 alone writes the file and prints; --resume measures only what the
+    file lacks."""
+    full, _ = measured
+    out = tmp_path / "tr.jsonl"
+    first = ["--backend", "gloo", "--sizes", "1K", "--iters", "3", "--warmup", "1", "-o", str(out)]
+    r = _torchrun("measure", "collectives", *first)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("results: ") == 1 and "(5 records)" in r.stdout  # rank 0 printed, once
+    assert r.stderr.count("measuring on cpu (") == 1 and "× 2 processes, gloo" in r.stderr
+    recs = read_records(out)
+    assert [x["key"] for x in recs] == [x["key"] for x in read_records(full) if x["shape"]["bytes"] == 1024]
+    assert all(x["shape"]["world"] == 2 and x["impl"] == "gloo" for x in recs)
+    assert [x["status"] for x in recs if x["shape"]["op"] == "all-reduce"] == ["ok"]
+    kept = out.read_text().splitlines()
+
+    r = _torchrun("measure", "collectives", *TINY, "-o", str(out), "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resuming: 5 of 10 already in" in r.stderr
+    progress = [ln for ln in r.stderr.splitlines() if ln.startswith("  ") and " B" in ln]
+    assert len(progress) == 5 and all(ln.endswith(" 65536 B") for ln in progress)  # only 64K
+    assert out.read_text().splitlines()[:5] == kept  # rank 0 appended; what was there is untouched
+    assert sorted(x["key"] for x in read_records(out)) == sorted(x["key"] for x in read_records(full))
+
+
+def _launched_env(world: int = 2, local_world: int | None = None) -> dict[str, str]:
+    return {
+        "RANK": "0",
+        "WORLD_SIZE": str(world),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": str(local_world or world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29999",
+    }
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "needle"),
+    [
+        (_launched_env(), ["--world", "3"], "--world 3: torchrun started 2 ranks (WORLD_SIZE)"),
+        (_launched_env(64, 64), [], "--nproc-per-node 64: at most"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, [], "not LOCAL_RANK, MASTER_ADDR, MASTER_PORT"),
+        ({**_launched_env(), "RANK": "x"}, [], "RANK='x'"),
+        (_launched_env(1), [], "WORLD_SIZE=1: a collective needs 2 ranks"),
+    ],
+)
+def test_bad_launch_is_one_line_before_any_rank_meets(env, args, needle):
+    """Checked before the group meets (no rendezvous is tried: MASTER_PORT is nobody's)."""
+    r = run_cli("measure", "collectives", "--backend", "gloo", "--sizes", "1K", *args, env=env)
+    assert_one_line_error(r, needle)
+
+
+def test_a_world_this_machine_cannot_hold_is_refused_naming_world(monkeypatch):
+    """Each gloo rank is a Python with torch (~300 MB): a world whose processes alone exceed the
+    memory a run may use is refused before any starts, naming --world."""
+    from attnroof.measure import env
+
+    monkeypatch.setattr(env, "ram_bytes", lambda: (8 * 2**30, 0.5 * 2**30))  # 0.5 GiB available
+    r = run_cli("measure", "collectives", "--backend", "gloo", "--world", "3", "--sizes", "1K")
+    # 3 × 300 MiB = 0.879 GiB > 0.8 × 0.5 GiB = 0.4 GiB
+    assert_one_line_error(r, "--world 3: 3 processes with torch need about 0.879 GiB", "over the 0.4 GiB")
+
+
 # ---------------------------------------------------------------- bad input: one line, exit 2
 
 

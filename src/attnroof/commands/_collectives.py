@@ -1,7 +1,8 @@
 """``attnroof measure collectives``: all-reduce, all-gather, reduce-scatter, all-to-all and
 send/recv through ``torch.distributed`` over message sizes, nccl-tests' algbw and busbw, on the
 link roof of a catalog device. Every input is checked before a rank starts; torch is imported
-only to count GPUs (nccl, or no ``--backend``).
+only to count GPUs (nccl, or no ``--backend``). Under ``torchrun`` this process is one rank of
+the group (``attnroof.measure.launch``): rank 0 writes the results file and prints.
 
     attnroof measure collectives [--ops all-reduce,all-gather] [--sizes 1K..256M] [--world N]
         [--backend gloo|nccl] [--device h100] [--link scale-up|scale-out] [-o r.jsonl] [--resume]
@@ -70,7 +71,7 @@ def _backend_and_world(args: argparse.Namespace) -> tuple[str, int]:
     return backend, world
 
 
-def _check_memory(items: Any, backend: str, world: int) -> None:
+def _check_memory(items: Any, backend: str, world: int, ranks_here: int | None = None) -> None:
     """Refuse, before any rank starts, a plan whose buffers do not fit: gloo's ranks share this
     machine's RAM, NCCL's each have a GPU. What a run may use is what a kernel measurement may
     (:data:`attnroof.measure.env.MEMORY_SHARE` of the available RAM; of a GPU's capacity, as its
@@ -82,10 +83,10 @@ def _check_memory(items: Any, backend: str, world: int) -> None:
         from attnroof.measure import require_torch
 
         cuda = require_torch().cuda
-        smallest = min(cuda.get_device_properties(i).total_memory for i in range(world))
+        smallest = min(cuda.get_device_properties(i).total_memory for i in range(ranks_here or world))
         check_memory(items, smallest * MEMORY_SHARE, shared=False)
     else:
-        check_memory(items, ram_bytes()[1] * MEMORY_SHARE, shared=True)
+        check_memory(items, ram_bytes()[1] * MEMORY_SHARE, shared=True, ranks_here=ranks_here)
 
 
 def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
@@ -119,24 +120,75 @@ def _results(args: argparse.Namespace) -> Any:
     return results
 
 
+def _launched_backend(args: argparse.Namespace, launch: Any) -> str:
+    """Under torchrun: the backend (NCCL where this node has GPUs, else gloo), with one rank per
+    GPU of each node, and no more gloo ranks on a node than its cores allow."""
+    backend = args.backend
+    gpus = _gpus() if backend != "gloo" else 0
+    if backend is None:
+        backend = "nccl" if gpus >= 1 else "gloo"
+    require(
+        args.world in (None, launch.world),
+        f"--world {args.world}: torchrun started {launch.world} ranks (WORLD_SIZE); leave out --world under torchrun",
+    )
+    n = launch.local_world
+    if backend == "nccl":
+        import torch.distributed as dist
+
+        require(gpus >= 1, "--backend nccl: no CUDA GPU on this node (use --backend gloo for CPU processes)")
+        require(dist.is_nccl_available(), "--backend nccl: this torch has no NCCL (use --backend gloo)")
+        require(
+            n <= gpus,
+            f"--nproc-per-node {n}: one rank per GPU, and this node has {plural(gpus, 'GPU')}",
+        )
+        return backend
+    cores = os.cpu_count() or 1
+    most = GLOO_RANKS_PER_CORE * cores
+    require(
+        n <= most,
+        f"--nproc-per-node {n}: at most {most} gloo processes on this node ({GLOO_RANKS_PER_CORE} per CPU "
+        f"core, {plural(cores, 'core')}; more would time the scheduler, not the link)",
+    )
+    return backend
+
+
 def run(args: argparse.Namespace) -> int:
     from attnroof.measure.collectives import collective_record, plan, run_ranks
     from attnroof.measure.kernels import check_dtype
+    from attnroof.measure.launch import launched
     from attnroof.ops.collectives import COLLECTIVES
 
     dt = check_dtype(args.dtype)
     link, link_name = _link(args)
-    backend, world = _backend_and_world(args)
+    launch = launched()
+    if launch is not None:
+        if importlib.util.find_spec("torch") is None:
+            from attnroof.measure import require_torch
+
+            require_torch()
+        backend, world = _launched_backend(args, launch), launch.world
+    else:
+        backend, world = _backend_and_world(args)
     sizes = args.sizes or byte_sizes(COLLECTIVE_SIZES[backend])
     items = plan(args.ops or COLLECTIVES, sizes, world=world, backend=backend, dt=dt)
-    _check_memory(items, backend, world)
-    results = _results(args)
-    done = {r["key"]: r for r in results.records} if results is not None else {}
-    todo = [i for i in items if i.key not in done]
-    if len(todo) < len(items):
-        print(f"resuming: {len(items) - len(todo)} of {len(items)} already in {args.output}", file=sys.stderr)
+    _check_memory(items, backend, world, launch.local_world if launch else None)
+    results: Any = None
+    done: dict[str, dict[str, Any]] = {}
     made: dict[str, dict[str, Any]] = {}
     device = ""
+
+    def todo() -> list[Any]:
+        """The items the results file lacks (it is opened here: by rank 0 alone under torchrun)."""
+        nonlocal results, done
+        results = _results(args)
+        done = {r["key"]: r for r in results.records} if results is not None else {}
+        left = [i for i in items if i.key not in done]
+        if len(left) < len(items):
+            print(
+                f"resuming: {len(items) - len(left)} of {len(items)} already in {args.output}",
+                file=sys.stderr,
+            )
+        return left
 
     def ready(label: str) -> None:
         nonlocal device
@@ -162,8 +214,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {rec['status']:5} {res.item.op} {res.item.bytes} B", file=sys.stderr, flush=True)
 
     try:
-        run_ranks(todo, warmup=args.warmup, iters=args.iters, on_result=emit, on_ready=ready)
+        if launch is not None:
+            from attnroof.measure.collective_worker import run_launched
+
+            opts = {"warmup": args.warmup, "iters": args.iters, "on_result": emit, "on_ready": ready}
+            if not run_launched(launch, items, todo=todo, **opts):
+                return 0  # not rank 0: rank 0 writes and prints
+        else:
+            run_ranks(todo(), warmup=args.warmup, iters=args.iters, on_result=emit, on_ready=ready)
     except KeyboardInterrupt:
+        if launch is not None and launch.rank != 0:
+            raise KeyboardInterrupt(f"rank {launch.rank}: rank 0 keeps what was measured") from None
         if results is None:
             raise KeyboardInterrupt(f"{plural(len(made), 'measurement')} made, none kept (no -o)") from None
         from attnroof.commands._results import interrupted

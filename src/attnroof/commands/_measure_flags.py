@@ -214,7 +214,11 @@ def collectives_setup(p: argparse.ArgumentParser) -> None:
         f"(default: {COLLECTIVE_SIZES['nccl']} with nccl, {COLLECTIVE_SIZES['gloo']} with gloo)",
     )
     p.add_argument(
-        "--world", type=world_size, metavar="N", help="ranks (default: every GPU with nccl, 2 with gloo)"
+        "--world",
+        type=world_size,
+        metavar="N",
+        help="ranks started here (default: every GPU with nccl, 2 with gloo); under torchrun each "
+        "process it starts is a rank (--nnodes × --nproc-per-node, any number of nodes)",
     )
     p.add_argument(
         "--backend",

@@ -2,6 +2,7 @@
 per dtype, and the device record they make.
 
     read   x.sum() over a buffer far larger than the last-level cache      bytes = buffer
+           (on CUDA also the Triton read kernel, measure/stream.py: the best read stands)
     write  x.fill_(c)                                                     bytes = buffer
     copy   y.copy_(x)                                   bytes = 2 × buffer (STREAM: read + write)
     matmul a @ b, square n × n, a few large n per dtype                   FLOPs = 2n³
@@ -27,6 +28,7 @@ from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
 from attnroof.measure.records import CEILING, OK, SKIP, new_record, place_record, set_time
 from attnroof.measure.runner import is_out_of_memory, one_line
+from attnroof.measure.stream import stream_readers
 from attnroof.measure.timing import Budget, time_kernel
 from attnroof.units import GiB, MiB, si
 
@@ -126,7 +128,7 @@ def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator
         return
     x = torch.randn(n, device=dev.device)
     y = torch.empty_like(x)
-    kernels = {READ: (lambda: x.sum(), 1), WRITE: (lambda: x.fill_(1.5), 1), COPY: (lambda: y.copy_(x), 2)}
+    kernels = {READ: (x.sum, 1), WRITE: (partial(x.fill_, 1.5), 1), COPY: (partial(y.copy_, x), 2)}
     readers = stream_readers(torch, x) if dev.is_cuda else {}
     for impl, (fn, passes) in kernels.items():
         if impl in done:
@@ -134,51 +136,25 @@ def _bandwidth(dev: TorchDevice, have: Mapping[str, dict[str, Any]]) -> Iterator
             continue
         rec = new_record(_bandwidth_key(impl, n), CEILING, impl, {"bytes": n * FP32_BYTES}, "fp32", dev.label)
         t, name = time_kernel(fn, dev, BANDWIDTH_BUDGET, flush=False), "torch"
+        skipped = []  # why a read kernel was not timed: said in the record, not swallowed
+        if impl == READ and dev.is_cuda and not readers:
+            skipped.append("triton stream: triton is not importable")
         for other, read in readers.items() if impl == READ else ():  # the best of every read kernel
             try:
                 t2 = time_kernel(read, dev, BANDWIDTH_BUDGET, flush=False)
-            except Exception:  # a triton that cannot compile here: x.sum() stands
+            except Exception as e:  # a triton that cannot compile here: x.sum() stands, and says why
+                skipped.append(f"{other}: {one_line(e)}")
                 continue
             if t2.best < t.best:
                 t, name = t2, other
         set_time(rec, t.best, 0, passes * n * FP32_BYTES)
         rec["timing"] = t.method + ", best" + (f" ({name})" if impl == READ else "")
+        if skipped:
+            rec["skipped"] = "; ".join(skipped)
         yield rec, True
-    kernels.clear()  # the buffers go with the lambdas
+    fn = read = None  # the last kernel and reader tried hold x and y too
+    del x, y, kernels, readers  # nothing holds the buffers now: free_memory() gives them back
     dev.free_memory()
-
-
-STREAM_BLOCKS = (2048, 8192, 32768)
-"""Elements per program of the Triton read kernel; the best block size is kept."""
-
-
-def stream_readers(torch: Any, x: Any) -> dict[str, Callable[[], Any]]:
-    """Triton kernels made to stream ``x`` (read only: wide vectorised loads, evict-first, one
-    atomic add per program), one per block size; none without triton. A plain ``x.sum()``
-    reads about 4.26 TB/s on an H200 where cuDNN decode streams its KV cache at 4.64 TB/s: the
-    read ceiling is the best of all read kernels."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return {}
-
-    @triton.jit  # type: ignore[misc]
-    def _read(x_ptr: Any, out_ptr: Any, n: Any, BLOCK: tl.constexpr) -> None:
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        v = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
-        tl.atomic_add(out_ptr, tl.sum(v, axis=0))
-
-    out = torch.zeros(1, device=x.device, dtype=torch.float32)
-    n = x.numel()
-    return {
-        f"triton stream, block {b}": partial(_launch, _read, (triton.cdiv(n, b),), x, out, n, b)
-        for b in STREAM_BLOCKS
-    }
-
-
-def _launch(kernel: Any, grid: tuple[int], x: Any, out: Any, n: int, block: int) -> None:
-    kernel[grid](x, out, n, BLOCK=block)
 
 
 def _matmuls(

@@ -1,9 +1,11 @@
 """One rank of ``attnroof measure collectives``: ``python -m attnroof.measure.collective_worker RANK``.
 
-Started by :func:`attnroof.measure.collectives.run_ranks`, never by hand. Standard input brings
-the plan (one JSON line) and, to ranks other than 0, the rendezvous port (one more line). Rank 0
-hosts the ``TCPStore``, says its port, then reports each measurement on standard output as one
-line starting with :data:`~attnroof.measure.collectives.TAG`. torch is imported in :func:`main`.
+Started by :func:`attnroof.measure.collectives.run_ranks`, never by hand (under ``torchrun`` each
+process the launcher started runs :func:`run_launched` instead: ``env://``, no standard input).
+Standard input brings the plan (one JSON line) and, to ranks other than 0, the rendezvous port
+(one more line). Rank 0 hosts the ``TCPStore``, says its port, then reports each measurement on
+standard output as one line starting with :data:`~attnroof.measure.collectives.TAG`. torch is
+imported in :func:`main`.
 
 For each (operation, count) every rank, in step:
 
@@ -22,10 +24,13 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from attnroof.measure.collectives import TAG, buffer_counts
+from attnroof.errors import AttnroofError
+from attnroof.measure.collectives import TAG, TIMEOUT_S, CollectiveError, Item, Result, buffer_counts
+from attnroof.measure.launch import Launch
 from attnroof.ops.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, SEND_RECV
 
 HOST = "127.0.0.1"
@@ -173,15 +178,40 @@ class Rank:
         }
 
 
-def _label(torch: Any, device: Any, world: int, backend: str) -> str:
+def _label(torch: Any, device: Any, world: int, backend: str, nodes: int = 1) -> str:
+    where = f" on {nodes} nodes" if nodes > 1 else ""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         v = torch.cuda.nccl.version() if backend == "nccl" else ""
         version = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)  # an int in old torch
-        return f"cuda:0-{world - 1} ({name}) × {world}, {backend} {version}".strip()
+        gpus = f"cuda ({name}) × {world}{where}" if nodes > 1 else f"cuda:0-{world - 1} ({name}) × {world}"
+        return f"{gpus}, {backend} {version}".strip()
     from attnroof.measure.env import _cpu_name
 
-    return f"cpu ({_cpu_name()}) × {world} processes, {backend}"
+    return f"cpu ({_cpu_name()}) × {world} processes{where}, {backend}"
+
+
+def _device(torch: Any, backend: str, local_rank: int) -> Any:
+    """NCCL: the GPU of this rank's place on its node (one rank per GPU); gloo: the CPU."""
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def _measure_all(me: Rank, items: list[tuple[str, int]], plan: dict[str, Any], report: Any) -> None:
+    """Every (operation, count) in step on every rank; ``report(op, count, result)`` on rank 0."""
+    torch = me.torch
+    from attnroof.measure.inputs import TORCH_DTYPES
+
+    dt = getattr(torch, TORCH_DTYPES[plan["dtype"]])
+    for op, count in items:
+        result = me.measure(op, int(count), dt, int(plan["warmup"]), int(plan["iters"]))
+        if me.rank == 0:
+            report(op, count, result)
+        if me.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,8 +219,6 @@ def main(argv: list[str] | None = None) -> int:
     plan = json.loads(sys.stdin.readline())
     import torch
     import torch.distributed as dist
-
-    from attnroof.measure.kernels import TORCH_DTYPES
 
     torch.set_num_threads(1)
     world, backend = int(plan["world"]), plan["backend"]
@@ -201,30 +229,91 @@ def main(argv: list[str] | None = None) -> int:
     else:
         port = int(sys.stdin.readline())
         store = dist.TCPStore(HOST, port, world, is_master=False, timeout=timeout)
-    if backend == "nccl":
-        device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group(
-            "nccl", store=store, rank=rank, world_size=world, timeout=timeout, device_id=device
-        )
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    device = _device(torch, backend, rank)
+    extra = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **extra)
     me = Rank(torch, dist, rank, world, device)
     if rank == 0:
         say(device=_label(torch, device, world, backend))
-    dt = getattr(torch, TORCH_DTYPES[plan["dtype"]])
-    for op, count in plan["items"]:
-        result = me.measure(op, int(count), dt, int(plan["warmup"]), int(plan["iters"]))
-        if rank == 0:
-            say(op=op, count=count, **result)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    _measure_all(me, plan["items"], plan, lambda op, count, result: say(op=op, count=count, **result))
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         say(done=True)
     return 0
+
+
+def run_launched(
+    launch: Launch,
+    items: Sequence[Item],
+    *,
+    warmup: int,
+    iters: int,
+    todo: Callable[[], Sequence[Item]],
+    on_result: Callable[[Result], None],
+    on_ready: Callable[[str], None] | None = None,
+    timeout_s: float = TIMEOUT_S,
+) -> bool:
+    """Measure as one rank of a group a launcher started (``torchrun``): the group meets by
+    ``env://`` (``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``), one rank per GPU of
+    each node for NCCL. Rank 0 alone calls ``todo()`` (which of ``items`` its results file
+    lacks: a :class:`~attnroof.errors.AttnroofError` there stops every rank, with its reason),
+    ``on_ready`` and ``on_result``, each result as soon as it is measured. True on rank 0."""
+    import torch
+    import torch.distributed as dist
+
+    first = items[0]
+    if first.backend == "gloo":
+        torch.set_num_threads(1)
+    timeout = timedelta(seconds=timeout_s)
+    device = _device(torch, first.backend, launch.local_rank)
+    extra = {"device_id": device} if first.backend == "nccl" else {}
+    dist.init_process_group(
+        first.backend,
+        init_method="env://",
+        rank=launch.rank,
+        world_size=launch.world,
+        timeout=timeout,
+        **extra,
+    )
+    try:
+        payload: list[Any] = [None]
+        failure: AttnroofError | None = None
+        if launch.rank == 0:
+            try:
+                keys = {i.key for i in todo()}
+                payload = [[n for n, i in enumerate(items) if i.key in keys]]
+            except AttnroofError as e:
+                failure, payload = e, [str(e)]
+        dist.broadcast_object_list(payload, src=0)
+        if failure is not None:
+            raise failure
+        if isinstance(payload[0], str):
+            raise CollectiveError(f"rank 0 stopped before measuring: {payload[0]}")
+        chosen = [items[n] for n in payload[0]]
+        me = Rank(torch, dist, launch.rank, launch.world, device)
+        if launch.rank == 0 and on_ready is not None:
+            on_ready(_label(torch, device, launch.world, first.backend, launch.nodes))
+        by_op_count = {(i.op, i.count): i for i in chosen}
+        plan = {"dtype": first.dtype, "warmup": warmup, "iters": iters}
+
+        def report(op: str, count: int, result: dict[str, Any]) -> None:
+            item = by_op_count[(op, count)]
+            on_result(
+                Result(
+                    item,
+                    result["status"],
+                    result.get("reason", ""),
+                    result.get("time_s"),
+                    result.get("timing"),
+                )
+            )
+
+        _measure_all(me, [(i.op, i.count) for i in chosen], plan, report)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return launch.rank == 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Collectives measured with the real engine, ``torch.distributed``: the plan, the ranks and the
 records. No torch here: the ranks are child processes (:mod:`attnroof.measure.collective_worker`).
 
-``run_ranks`` starts ``world`` processes of ``python -m attnroof.measure.collective_worker RANK``
-on this machine (one per GPU for NCCL, plain CPU processes for gloo). Each reads the plan as
+Under ``torchrun`` (:mod:`attnroof.measure.launch`) each process it started is one rank, on
+any node; the group meets by ``env://`` and rank 0 writes the results
+(:func:`attnroof.measure.collective_worker.run_launched`). Otherwise ``run_ranks`` starts
+``world`` processes of ``python -m attnroof.measure.collective_worker RANK`` on this machine
+(one per GPU for NCCL, plain CPU processes for gloo). Each reads the plan as
 one JSON line on its standard input; rank 0 hosts the rendezvous (a ``TCPStore`` on 127.0.0.1,
 port 0: the system picks a free one, so two runs never collide) and says its port, which this
 process passes to the other ranks. Rank 0 then reports one line per (operation, size) as it is
@@ -60,7 +63,6 @@ SPLIT = frozenset({ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL})
 """Operations whose message is cut into one equal piece per rank: its count is a multiple of n."""
 TIMEOUT_S = 300.0
 """How long a rank waits for the others (rendezvous, one collective) before it gives up."""
-
 
 RANK_OVERHEAD_BYTES = 300 * MiB
 """Memory one rank holds before any buffer: a Python process with torch imported (some 300 MB
@@ -147,18 +149,28 @@ def rank_bytes(item: Item) -> int:
     return (send + recv + checked) * int(dtype(item.dtype).itemsize) + checked
 
 
-def check_memory(items: Sequence[Item], available_bytes: float, *, shared: bool) -> None:
+def check_memory(
+    items: Sequence[Item], available_bytes: float, *, shared: bool, ranks_here: int | None = None
+) -> None:
     """:class:`InputError` naming the largest measurement unless it fits before any rank
-    starts: with ``shared`` (gloo: every rank a process on this machine) the whole world's
-    processes and buffers, ``world × (RANK_OVERHEAD_BYTES + rank_bytes)``, in this machine's
-    ``available_bytes``; else (NCCL: one GPU a rank) one rank's buffers in ``available_bytes``
-    of its GPU."""
+    starts: with ``shared`` (gloo: every rank a process on this machine) the processes and
+    buffers of the ranks here (``ranks_here``, else the whole world),
+    ``ranks × (RANK_OVERHEAD_BYTES + rank_bytes)``, in this machine's ``available_bytes`` (a
+    world whose processes alone do not fit: ``--world``); else (NCCL: one GPU a rank) one rank's
+    buffers in ``available_bytes`` of its GPU."""
     if not items:
         return
     big = max(items, key=rank_bytes)
-    need = big.world * (RANK_OVERHEAD_BYTES + rank_bytes(big)) if shared else rank_bytes(big)
+    ranks = big.world if ranks_here is None else ranks_here
+    if shared and ranks * RANK_OVERHEAD_BYTES > available_bytes:
+        raise InputError(
+            f"--world {big.world}: {ranks} processes with torch need about "
+            f"{ranks * RANK_OVERHEAD_BYTES / GiB:.3g} GiB on this machine before any buffer, over the "
+            f"{available_bytes / GiB:.3g} GiB this run may use"
+        )
+    need = ranks * (RANK_OVERHEAD_BYTES + rank_bytes(big)) if shared else rank_bytes(big)
     if need > available_bytes:
-        where = f"{big.world} processes on this machine" if shared else "each GPU"
+        where = f"{ranks} processes on this machine" if shared else "each GPU"
         raise InputError(
             f"--sizes {big.bytes}: {big.op} over {big.world} ranks needs about {need / GiB:.3g} GiB on "
             f"{where}, over the {available_bytes / GiB:.3g} GiB this run may use: choose smaller "

@@ -32,6 +32,7 @@ from attnroof.cost import Cost
 from attnroof.dtypes import dtype
 from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
+from attnroof.measure.inputs import TORCH_DTYPES, randn
 from attnroof.ops import attention, decode, linear
 
 ATTENTION, DECODE, LINEAR = "attention", "decode", "linear"
@@ -53,17 +54,12 @@ MASKING = frozenset({"eager", "sdpa-math"})
 UNAVAILABLE = ("No viable backend", "No available kernel")
 """What torch raises (CPU, CUDA) when a pinned SDPA backend cannot run the inputs."""
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 TOLERANCE = {"bf16": 2e-2, "fp16": 1e-2, "fp32": 1e-3}
 """Largest relative error (Frobenius norm) of an output against the float32 reference. bf16 keeps
 8 bits of mantissa (a rounding step of 2⁻⁸ ≈ 0.4%): a kernel that computes the softmax and its
 sums in bf16 (SDPA's math backend, kept in the input dtype) lands near 1e-2 on random inputs, so
 bf16 is allowed 2e-2; a wrong kernel is off by far more. fp32 is allowed 1e-3 because a GPU may
 multiply it at tf32 precision."""
-
-INPUT_SEED = 0
-"""Inputs are drawn from a fixed seed, so that a case's output check and its timing see the same
-numbers on every run."""
 
 CHECK_ROWS = 256
 """Query rows (the last ones, which see the most keys) checked against the reference."""
@@ -176,7 +172,8 @@ class Prepared:
 
 
 def prepare(case: Case, dev: TorchDevice) -> Prepared:
-    """Fresh random inputs on ``dev`` and the kernel of ``case`` over them."""
+    """The kernel of ``case`` over its shape's random inputs on ``dev`` (drawn there, once per
+    shape: :func:`attnroof.measure.inputs.randn`)."""
     if case.impl not in IMPLS.get(case.kind, ()):
         raise InputError(
             f"no implementation {case.impl!r} for {case.kind}; known: {', '.join(IMPLS.get(case.kind, ()))}"
@@ -187,15 +184,6 @@ def prepare(case: Case, dev: TorchDevice) -> Prepared:
 def _rel_error(torch: Any, out: Any, ref: Any) -> float:
     out = out.float()
     return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
-
-
-def _randn(dev: TorchDevice, case: Case, tensor: int, *shape: int) -> Any:
-    """Normal inputs of ``shape`` for the case's ``tensor``-th input, the same on every run
-    (drawn on the CPU from :data:`INPUT_SEED`, then moved to the device)."""
-    torch = dev.torch
-    gen = torch.Generator().manual_seed(INPUT_SEED + tensor)
-    x = torch.randn(*shape, generator=gen, dtype=torch.float32)
-    return x.to(device=dev.device, dtype=getattr(torch, TORCH_DTYPES[case.dtype]))
 
 
 def _reference_attention(torch: Any, q: Any, k: Any, v: Any, rows: Any, causal: bool) -> Any:
@@ -294,7 +282,7 @@ def _one_line(text: str, limit: int = 240) -> str:
 def _attention(case: Case, dev: TorchDevice) -> Prepared:
     torch, sh = dev.torch, case.shape
     b, h, s, d, causal = sh["batch"], sh["heads"], sh["s"], sh["d"], sh["causal"]
-    q, k, v = (_randn(dev, case, i, b, h, s, d) for i in range(3))
+    q, k, v = (randn(dev, case, i, b, h, s, d) for i in range(3))
     if case.impl == "eager":
         qs = q * (1 / math.sqrt(d))
         mask = torch.ones(s, s, dtype=torch.bool, device=dev.device).triu_(1) if causal else None
@@ -319,8 +307,8 @@ def _decode(case: Case, dev: TorchDevice) -> Prepared:
     torch, sh = dev.torch, case.shape
     b, g, s, d = sh["batch"], sh["group"], sh["s"], sh["d"]
     kv_heads = sh["heads"] // g
-    q = _randn(dev, case, 0, b, kv_heads, g, d)  # the group's query heads, one token each
-    k, v = (_randn(dev, case, i, b, kv_heads, s, d) for i in (1, 2))
+    q = randn(dev, case, 0, b, kv_heads, g, d)  # the group's query heads, one token each
+    k, v = (randn(dev, case, i, b, kv_heads, s, d) for i in (1, 2))
     if case.impl == "eager-gqa":
         qs = q * (1 / math.sqrt(d))
 
@@ -340,7 +328,7 @@ def _decode(case: Case, dev: TorchDevice) -> Prepared:
 def _linear(case: Case, dev: TorchDevice) -> Prepared:
     torch, sh = dev.torch, case.shape
     n, k, m = sh["n"], sh["k"], sh["m"]
-    x, w = _randn(dev, case, 0, n, k), _randn(dev, case, 1, m, k)
+    x, w = randn(dev, case, 0, n, k), randn(dev, case, 1, m, k)
 
     def run() -> Any:
         return torch.nn.functional.linear(x, w)

@@ -21,11 +21,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attnroof import outfile
 from attnroof.errors import AttnroofError
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
@@ -34,7 +36,8 @@ MARKER = re.compile(r"spin|sleep", re.IGNORECASE)
 """A kernel whose name matches this separates cases (``cuda::<unnamed>::spin_kernel(long)``)."""
 MARKER_CYCLES = 1000
 NCU_TIMEOUT_S = 240.0
-"""Longest ncu run (s); ``$ATTNROOF_NCU_TIMEOUT_S`` overrides it (benchmarks/gpu_check.sh: 130)."""
+"""Longest ncu run (s); ``$ATTNROOF_NCU_TIMEOUT_S`` overrides it (benchmarks/gpu_check.sh sets it
+below its step's limit, so that ncu stops and its bytes are read before the step is killed)."""
 
 UNITS = {
     "byte": 1.0, "bytes": 1.0, "b": 1.0,
@@ -208,18 +211,67 @@ def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str
 def run_group(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int | None, str, str]:
     """Run ``cmd`` in a session of its own: (exit status, stdout, stderr), status ``None`` when it
     ran past ``timeout_s``. Then the **whole process group** is killed, so that the profiled child
-    does not live on holding GPU memory; what it printed until then is returned."""
+    does not live on holding GPU memory; what it printed until then is returned.
+
+    The group is killed too when this process is told to stop (SIGTERM, SIGINT, SIGHUP: a step's
+    ``timeout`` reaches only its own group, not ncu's new session) or leaves by an exception; the
+    signal then takes its usual course."""
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env), start_new_session=True
     )
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out, err
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        return None, out or "", err or ""
+        with _group_dies_with_us(proc.pid):
+            try:
+                out, err = proc.communicate(timeout=timeout_s)
+                return proc.returncode, out, err
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                out, err = proc.communicate()
+                return None, out or "", err or ""
+    finally:
+        if proc.poll() is None:  # left by an exception or a signal: nothing of it lives on
+            _kill_group(proc.pid)
+            proc.wait()
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def _group_dies_with_us(pgid: int) -> Iterator[None]:
+    """While inside: a stop signal kills the group ``pgid`` first, then does what it did before
+    (the default handler: this process ends by that signal; Python's SIGINT handler:
+    KeyboardInterrupt). Signal handlers can be set only in the main thread: elsewhere, nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def handler(signum: int, frame: Any) -> None:
+        _kill_group(pgid)
+        for sig, old in before.items():
+            if old is not None:
+                signal.signal(sig, old)
+        old = before[signal.Signals(signum)]
+        if callable(old):
+            old(signum, frame)
+        else:
+            os.kill(os.getpid(), signum)  # the default again: this process ends by the signal
+
+    for sig, old in before.items():
+        if old not in (signal.SIG_IGN, None):  # None: a handler not set from Python, left alone
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in before.items():
+            if old is not None:
+                signal.signal(sig, old)
 
 
 def check_errors(text: str, code: int | None) -> None:
@@ -263,12 +315,14 @@ def _child(cases_path: str, done_path: str) -> int:
     done: list[list[Any]] = []  # [key, whether the marked run succeeded]
     for spec in json.loads(Path(cases_path).read_text()):
         case = Case(spec["kind"], spec["impl"], spec["shape"], spec["dtype"])
+        prepared = None
         try:
             prepared = prepare(case, dev)
             prepared.run()
             dev.sync()
         except Exception as e:  # the timed run already recorded why; skip it here
             print(f"attnroof ncu: {case.key}: {type(e).__name__}", file=sys.stderr)
+            prepared = None  # its tensors go before the memory is given back
             dev.free_memory()
             continue
         dev.sync()
@@ -285,10 +339,10 @@ def _child(cases_path: str, done_path: str) -> int:
             dev.sync()
             torch.cuda.profiler.stop()  # ... to here
         done.append([case.key, ok])
-        Path(done_path).write_text(json.dumps(done))  # after each case: a timeout keeps the rest
+        outfile.write_text(done_path, json.dumps(done))  # after each case, atomic: never half-read
         del prepared
         dev.free_memory()
-    Path(done_path).write_text(json.dumps(done))
+    outfile.write_text(done_path, json.dumps(done))
     return 0
 
 

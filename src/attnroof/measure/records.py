@@ -31,7 +31,8 @@ RECORD_KEYS = (
     "impossible", "catalog_bound_time_s", "catalog_efficiency", "ncu_bytes", "ncu_ratio", "timestamp",
 )  # fmt: skip
 """The keys every record carries (the chart code reads them). Extra keys: ``model`` (which cost
-the point is placed against), ``rel_error`` (against the float32 reference), ``timing``."""
+the point is placed against), ``rel_error`` (against the float32 reference), ``timing``,
+``skipped`` (a read ceiling: the read kernels that could not run, and why)."""
 
 IMPOSSIBLE_TOLERANCE = 1.05
 """Efficiency above this (5% over the roof, beyond timer noise) cannot happen if the ceilings and

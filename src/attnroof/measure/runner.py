@@ -78,6 +78,7 @@ def measure_case(
         rec.update(status=SKIP, reason=str(e))
     except Exception as e:
         if is_out_of_memory(e):
+            dev.drop_inputs()  # the next case draws its own on an emptied device
             rec.update(status=SKIP, reason=f"out of memory: {one_line(e)}")
         else:
             rec.update(status=ERROR, reason=one_line(e))

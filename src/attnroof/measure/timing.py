@@ -2,8 +2,9 @@
 
 On CUDA, ``triton.testing.do_bench`` when triton is importable (it flushes L2 between
 repetitions and times with CUDA events); otherwise CUDA events around each call, with a 256 MB
-buffer written between calls. On the CPU, ``time.perf_counter`` around each call after a
-warm-up, with a buffer larger than the last-level cache written between calls. Times are in
+buffer read between calls (read, not written: no dirty lines left for the timed kernel to write
+back). On the CPU, ``time.perf_counter`` around each call after a warm-up, with a buffer larger
+than the last-level cache read between calls. Times are in
 seconds.
 """
 
