@@ -53,34 +53,25 @@ def rate_arg(text: str) -> float:
     return value
 
 
-def share_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
-    return value
+def share_in(interval: str) -> Any:
+    """The type of a flag whose value lies in ``interval`` of [0, 1]: ``(0, 1]``, ``[0, 1)`` or
+    ``[0, 1]`` (each end open or closed as written)."""
+    low_open, high_open = interval[0] == "(", interval[-1] == ")"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        inside = (value > 0 if low_open else value >= 0) and (value < 1 if high_open else value <= 1)
+        if not inside:
+            raise argparse.ArgumentTypeError(f"{text!r} must be in {interval}")
+        return value
+
+    return parse
 
 
-def ratio_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1)")
-    return value
-
-
-def _acceptance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be in [0, 1]")
-    return value
+share_arg, ratio_arg, acceptance_arg = share_in("(0, 1]"), share_in("[0, 1)"), share_in("[0, 1]")
 
 
 def price_arg(text: str) -> float:
@@ -197,7 +188,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "--spec-tokens", type=positive_int, metavar="K", help="tokens the draft proposes a round"
     )
     spec.add_argument(
-        "--acceptance", type=_acceptance, metavar="A", help="each draft token's acceptance rate, 0 to 1"
+        "--acceptance", type=acceptance_arg, metavar="A", help="each draft token's acceptance rate, 0 to 1"
     )
     slo = p.add_argument_group("service level")
     slo.add_argument("--slo-ttft", type=duration_arg, metavar="T", help="time to first token limit, e.g. 2s")
