@@ -101,7 +101,7 @@ def _type(d: Any, id_: str, value: str) -> None:
 
     before = _redraws(d)
     el = d.find_element("id", id_)
-    el.clear()
+    el.send_keys(Keys.CONTROL, "a")  # typed over (clear() would say "change" with an empty field)
     el.send_keys(value, Keys.TAB)  # a number field says "change" when it loses the focus
     _wait(d, before)
 

@@ -221,9 +221,7 @@ function drawRoofline(m, dev) {
   const ridge = { name: "ridge", x: [m.ridge], y: [P], mode: "markers", marker: { symbol: "diamond", size: 9, color: "#333" },
     hovertemplate: `ridge %{x:.4g} FLOP/B<br>peak %{y:.4s}FLOP/s<extra></extra>` };
   return Plotly.react("roofline", [roof, ridge, points], layout({
-    xaxis: logAxis("arithmetic intensity (FLOP/byte)"), yaxis: logAxis("attainable (FLOP/s)"), margin: { l: 64, r: 16, t: 28, b: 70 },
-    annotations: [{ text: "blue: memory-bound · red: compute-bound · green: link · ◀ no FLOPs (at the edge)",
-      xref: "paper", yref: "paper", x: 0, y: -0.25, showarrow: false, font: { size: 10, color: "#5f6670" } }],
+    xaxis: logAxis("arithmetic intensity (FLOP/byte)"), yaxis: logAxis("attainable (FLOP/s)"),
   }), CONFIG);
 }
 
@@ -266,12 +264,13 @@ function drawAttention(sw, cr) {
       text: `${form} never crosses (tends to ${c.limit_intensity.toPrecision(4)})` });
     else if (c.s_min) {
       shapes.push({ type: "line", yref: "paper", x0: c.s_min, x1: c.s_min, y0: 0, y1: 1, line: { color: "#c0392b", dash: "dot" } });
-      notes.push({ x: Math.log10(c.s_min), y: 1, yref: "paper", text: `${form} crosses at s = ${c.s_min}`, showarrow: false, yanchor: "bottom", font: { color: "#c0392b" } });
+      notes.push({ x: Math.log10(c.s_min), y: 0.98, yref: "paper", text: ` ${form} crosses at s = ${c.s_min}`, showarrow: false,
+        xanchor: "left", yanchor: "top", font: { color: "#c0392b" } });
     }
   }
   return Plotly.react("attention", [line("unfused", "#1f5fbf"), line("fused", "#c0392b")], layout({
     xaxis: logAxis("sequence length s", { dtick: Math.log10(4) }), yaxis: logAxis("intensity (FLOP/byte)"),
-    shapes, annotations: notes,
+    shapes, annotations: notes, legend: { x: 0.98, xanchor: "right", y: 0.3, bgcolor: "rgba(255,255,255,0.8)" },
   }), CONFIG);
 }
 
