@@ -194,6 +194,13 @@ def test_bad_bodies_and_pages(server):
     assert status == 200 and "plotly.js v" in text[:200]
 
 
+def test_a_request_for_another_host_is_refused(server):
+    """DNS rebinding: a page at evil.example whose name resolves to 127.0.0.1 sends Host: evil.example."""
+    base, _ = server
+    req = urllib.request.Request(f"{base}api/devices", headers={"Host": "evil.example"})
+    _one_line_error(*_get(req), "'evil.example'")  # type: ignore[arg-type]
+
+
 def test_no_request_reads_a_path_of_its_own(server, monkeypatch):
     """Every file a command opens for a request lies in the server's folder: the readers of
     config.json files and device files are watched while hostile and pasted requests run."""

@@ -205,7 +205,23 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, text: str) -> None:
         self._send(status, text.encode(), "application/json")
 
+    def _foreign_host(self) -> bool:
+        """A request to a server on the loopback address must name it (``127.0.0.1:PORT`` or
+        ``localhost:PORT``): a page elsewhere whose name resolves here (DNS rebinding) is refused."""
+        host, port = self.server.server_address[:2]
+        if host not in ("127.0.0.1", "::1"):
+            return False
+        names = {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+        if self.headers.get("Host", "") in names:
+            return False
+        self._json(
+            HTTPStatus.BAD_REQUEST, _error(f"host {self.headers.get('Host', '')!r} is not this server's")
+        )
+        return True
+
     def do_GET(self) -> None:
+        if self._foreign_host():
+            return
         url = urlsplit(self.path)
         if url.path in ("/", "/index.html"):
             self._send(HTTPStatus.OK, self.explorer.static["index.html"], "text/html")
@@ -219,6 +235,8 @@ class Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.NOT_FOUND, _error(f"no such page {url.path!r}"))
 
     def do_POST(self) -> None:
+        if self._foreign_host():
+            return
         url = urlsplit(self.path)
         if not url.path.startswith("/api/"):
             self._json(HTTPStatus.NOT_FOUND, _error(f"no such page {url.path!r}"))
@@ -253,4 +271,5 @@ def make_server(run: Run, host: str = "127.0.0.1", port: int = 0) -> tuple[Threa
 
 def url_of(server: ThreadingHTTPServer) -> str:
     host, port = server.server_address[:2]
-    return f"http://{host}:{port}/"
+    name = host.decode() if isinstance(host, bytes) else host
+    return f"http://{name}:{port}/"

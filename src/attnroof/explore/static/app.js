@@ -309,6 +309,8 @@ async function redraw() {
   const mine = ++generation;
   const s = stateFromControls(), t = texts();
   writeHash(s);
+  $("model").disabled = Boolean(t.config);  // a pasted config.json stands in for the built-in
+  $("device").disabled = Boolean(t.device_file);
   const mp = modelParams(s, t);
   $("command").textContent = commandLine("model", mp, t);
   $("attention-caption").textContent = "";
