@@ -261,3 +261,56 @@ def test_serving_load_equals_serve_sim(driver, base):
     rows = driver.find_elements("css selector", "#serving tr")
     shown = {r.get_attribute("data-field"): json.loads(r.get_attribute("data-value")) for r in rows}
     assert shown["summary.latency_s.ttft.p99"] == cli["summary"]["latency_s"]["ttft"]["p99"]
+
+
+def test_plan_search_equals_plan_and_a_front_plan_shows_above(driver, base):
+    _open(driver, base, "model=llama-3.1-8b&device=H100+SXM&batch=64&devices=8")
+    before = int(driver.execute_script("return document.body.dataset.searches || 0"))
+    driver.find_element("id", "search").click()
+    _wait(driver, before, "searches")
+    cli = _cli(
+        "plan",
+        "--devices",
+        "8",
+        "--phase",
+        "decode",
+        "--context",
+        "8192",
+        "--batch",
+        "64",
+        "--dtype",
+        "bf16",
+        "--model",
+        "llama-3.1-8b",
+        "--device",
+        "H100 SXM",
+    )
+    assert _page(driver, "plan") == cli
+    rows = driver.find_elements("css selector", "#plans tbody tr")
+    assert [json.loads(r.get_attribute("data-value")) for r in rows] == cli["front"]
+    first = cli["front"][0]["parallel"]
+    before = _redraws(driver)
+    rows[0].find_element("tag name", "button").click()
+    _wait(driver, before)
+    plan = {k: first[k] for k in ("tp", "pp", "ep", "dp")}
+    assert {k: int(driver.find_element("id", k).get_attribute("value")) for k in plan} == plan
+    words = [w for k, v in plan.items() if v != 1 for w in (f"--{k}", str(v))]
+    page = _page(driver)
+    assert page == _cli(
+        "model",
+        "--model",
+        "llama-3.1-8b",
+        "--device",
+        "H100 SXM",
+        "--context",
+        "8192",
+        "--batch",
+        "64",
+        "--phase",
+        "decode",
+        "--dtype",
+        "bf16",
+        *words,
+    )
+    # the front's fastest plan, shown above: its step time is the model's for that plan
+    assert page["totals"]["time_s"] == cli["front"][0]["time_s"]

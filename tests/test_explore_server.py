@@ -110,6 +110,17 @@ def test_sweep_crossover_devices_and_serve_sim_equal_the_command_line(server):
         ("sweep", {"head-dim": "128", "seq": "256..4096", "device": "H100 SXM"}),
         ("crossover", {"head-dim": "128", "device": "H100 SXM", "causal": True}),
         ("devices", {}),
+        (
+            "plan",
+            {
+                "model": "llama-3.1-8b",
+                "devices": "8",
+                "phase": "decode",
+                "context": "8192",
+                "batch": "64",
+                "device": "H100 SXM",
+            },
+        ),
         ("serve-sim", {"model": "llama-3.1-8b", "device": "H100 SXM", "rate": "5", "num-requests": "50"}),
     ]
     for command, params in cases:

@@ -40,6 +40,7 @@ FLAGS: Mapping[str, frozenset[str]] = {
     "sweep": frozenset({"head-dim", "seq", "causal", "device", "dtype"}),
     "crossover": frozenset({"head-dim", "causal", "device", "dtype"}),
     "devices": frozenset({"name"}),
+    "plan": frozenset({"model", "devices", "phase", "context", "batch", "device", "dtype", "unfused", "top"}),
     "serve-sim": frozenset(
         {"model", "device", "dtype", "weight-dtype", "kv-dtype", "tp", "pp", "ep"}
         | {"rate", "input-len", "output-len", "num-requests", "seed"}

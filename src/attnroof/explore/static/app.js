@@ -9,6 +9,7 @@ const DEFAULTS = {
   model: "llama-3.1-8b", device: "H100 SXM", dtype: "bf16", "weight-dtype": "", "kv-dtype": "",
   phase: "decode", batch: "1", context: "8192", unfused: false,
   tp: "1", pp: "1", ep: "1", dp: "1",
+  search: false, devices: "8",
   serve: false, rate: "10", "input-len": "1024", "output-len": "128", "num-requests": "200",
 };
 const KEYS = Object.keys(DEFAULTS);
@@ -119,6 +120,14 @@ function serveParams(s, t) {
   if (s["weight-dtype"]) p["weight-dtype"] = s["weight-dtype"];
   if (s["kv-dtype"]) p["kv-dtype"] = s["kv-dtype"];
   for (const k of ["tp", "pp", "ep"]) if (s[k] !== "1") p[k] = s[k];
+  return p;
+}
+
+function planParams(s, t) {
+  const p = { devices: s.devices, phase: s.phase, context: s.context, batch: s.batch, dtype: s.dtype };
+  if (!t.config) p.model = s.model;
+  if (!t.device_file) p.device = s.device;
+  if (s.unfused) p.unfused = true;
   return p;
 }
 
@@ -294,6 +303,60 @@ function drawServing(sv) {
   $("serving").hidden = false;
 }
 
+function planCell(tr, value, field) {
+  const td = tr.insertCell();
+  td.textContent = typeof value === "number" && field ? eng(value, field) : String(value);
+  return td;
+}
+
+function drawPlans(pl) {
+  const point = (p) => [p.parallel.devices, p.parallel.tp, p.parallel.pp, p.parallel.ep, p.parallel.dp, p.parallel.cp,
+    p.parallel.zero, p.recompute];
+  const hover = "%{customdata[0]} devices: TP %{customdata[1]}, PP %{customdata[2]}, EP %{customdata[3]}, DP %{customdata[4]},"
+    + " CP %{customdata[5]}, ZeRO %{customdata[6]}, recompute %{customdata[7]}<br>step ≥ %{y:.4s}s<br>%{x:.4s}B a device<extra></extra>";
+  const trace = (plans, name, color, size) => ({
+    name, type: "scatter", mode: "markers", x: plans.map((p) => p.memory_per_device_bytes), y: plans.map((p) => p.time_s),
+    customdata: plans.map(point), hovertemplate: hover, marker: { color, size },
+  });
+  $("plans-note").textContent = `${pl.tried} plans tried on up to ${pl.devices} ${pl.device}, ${pl.fit} fit; `
+    + `the Pareto front holds ${pl.front.length}.`;
+  const body = $("plans").querySelector("tbody");
+  body.replaceChildren(...pl.front.map((p) => {
+    const tr = document.createElement("tr");
+    tr.dataset.value = JSON.stringify(p);
+    for (const k of ["devices", "tp", "pp", "ep", "dp", "cp"]) planCell(tr, p.parallel[k]);
+    planCell(tr, p.time_s, "s");
+    planCell(tr, p.memory_per_device_bytes, "B");
+    planCell(tr, p.limiter || "—");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = "show";
+    button.addEventListener("click", () => {
+      for (const k of PLAN) $(k).value = String(p.parallel[k]);
+      redraw();
+    });
+    tr.insertCell().appendChild(button);
+    return tr;
+  }));
+  $("plans").hidden = false;
+  return Plotly.react("front", [trace(pl.plans, "every plan", "#b8bec7", 6), trace(pl.front, "Pareto front", "#c0392b", 10)],
+    layout({ xaxis: { title: { text: "memory a device holds (bytes)" }, exponentformat: "SI", gridcolor: "#eee" },
+      yaxis: logAxis("step time bound (s)") }), CONFIG);
+}
+
+async function search(s, t, mine) {
+  $("plans-command").textContent = commandLine("plan", planParams(s, t), t);
+  const pl = await api("plan", planParams(s, t), t);
+  if (mine !== generation) return;
+  if (!pl.ok) showError(pl.error);
+  else {
+    await drawPlans(pl.data);
+    explorer.last.plan = pl.data;
+  }
+  explorer.searches = (explorer.searches || 0) + 1;
+  document.body.dataset.searches = String(explorer.searches);
+}
+
 function dtypeChoices(dev) {
   const select = $("dtype"), keep = select.value;
   select.replaceChildren();
@@ -342,6 +405,8 @@ async function redraw() {
   finish(start, mine);
   if (s.serve) serve(s, t, mine);
   else $("serving").hidden = true;
+  if (s.search) search(s, t, mine);
+  else $("plans").hidden = true;
 }
 
 function finish(start, mine) {
@@ -352,6 +417,7 @@ function finish(start, mine) {
 }
 
 async function serve(s, t, mine) {
+  $("serving-command").textContent = commandLine("serve-sim", serveParams(s, t), t);
   const sv = await api("serve-sim", serveParams(s, t), t);
   if (mine !== generation) return;
   if (!sv.ok) showError(sv.error);
