@@ -162,6 +162,7 @@ def test_model_device_and_batch_change_the_numbers_and_equal_the_command_line(dr
     # × 2 (K, V) × 2 B = 57,344 B a token → 15,032,385,536 B
     assert page["memory"]["kv_cache_bytes"] == 32 * 8192 * 28 * 4 * 128 * 2 * 2
     assert "batch=32" in driver.current_url and "model=qwen2.5-7b" in driver.current_url
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
 def test_a_view_is_shared_by_its_url(driver, base):

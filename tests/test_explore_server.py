@@ -261,3 +261,23 @@ def test_the_command_prints_its_url_and_serves(tmp_path):
 def test_a_bad_port_is_one_line():
     r = run_cli_process("explore", "--port", "70000")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "'70000'" in r.stderr
+
+
+def test_the_page_is_package_data():
+    """The wheel and the sdist carry the page: pyproject's package data names the static folder,
+    which holds the page, its script and style, plotly.js and plotly.js's licence."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "attnroof"
+    ]
+    assert "explore/static/*" in data
+    static = root / "src" / "attnroof" / "explore" / "static"
+    assert sorted(p.name for p in static.iterdir()) == [
+        "LICENSE-plotly.js.txt",
+        "app.js",
+        "index.html",
+        "plotly.min.js",
+        "style.css",
+    ]
