@@ -281,3 +281,31 @@ def test_the_page_is_package_data():
         "plotly.min.js",
         "style.css",
     ]
+
+
+def test_open_launches_the_browser_at_the_url(monkeypatch):
+    """``--open`` hands the printed URL to the web browser (here a stand-in that loads it once)."""
+    import webbrowser
+
+    from conftest import run_cli
+
+    opened: list[tuple[str, int, str]] = []
+    visits: list[threading.Thread] = []
+
+    def browser(url: str) -> bool:
+        def visit() -> None:
+            status, text = _get(url)
+            opened.append((url, status, text))
+
+        visits.append(threading.Thread(target=visit))
+        visits[-1].start()
+        return True
+
+    monkeypatch.setattr(webbrowser, "open", browser)
+    r = run_cli("explore", "--open", "--stop-after", "1")
+    for visit in visits:
+        visit.join(60)
+    assert r.returncode == 0, r.stderr
+    ((url, status, text),) = opened
+    assert r.stdout == f"attnroof explore: {url} (Ctrl-C stops it)\n"
+    assert status == 200 and "<title>attnroof explore</title>" in text
