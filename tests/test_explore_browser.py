@@ -154,7 +154,7 @@ def test_model_device_and_batch_change_the_numbers_and_equal_the_command_line(dr
         page = _page(driver)
         assert page == _cli("model", *words, "--phase", "decode", "--dtype", "bf16"), control
         shown = _shown(driver)
-        assert all(_field(page, f) == v for f, v in shown.items() if f != "memory.total_bytes")
+        assert shown and all(_field(page, f) == v for f, v in shown.items())
         assert shown["totals.time_s"] != seen[-1]["totals.time_s"], control
         seen.append(shown)
         assert f"{flag}={value}" in driver.find_element("id", "command").text
@@ -188,6 +188,9 @@ def test_a_view_is_shared_by_its_url(driver, base):
         "2",
     )
     assert page == cli and page["parallel"]["tp"] == 2
+    shown = _shown(driver)  # under a plan, memory is a device's
+    assert shown["memory.per_device.total_bytes"] == cli["memory"]["per_device"]["total_bytes"]
+    assert all(_field(page, f) == v for f, v in shown.items())
 
 
 def test_a_bad_config_shows_its_one_line_error(driver, base):

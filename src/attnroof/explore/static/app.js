@@ -91,10 +91,15 @@ async function api(command, params, body) {
   const key = command + payload;
   if (cache.has(key)) return cache.get(key);
   explorer.requests++;
-  const r = await fetch("/api/" + command, {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: payload,
-  });
-  const data = await r.json();
+  let r, data;
+  try {
+    r = await fetch("/api/" + command, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: payload,
+    });
+    data = await r.json();
+  } catch (e) {  // the server stopped, or answered something else than JSON: said, not cached
+    return { ok: false, error: `attnroof explore: the server did not answer (${e.message}); is it still running?` };
+  }
   const out = r.ok ? { ok: true, data } : { ok: false, error: data.error || r.statusText };
   if (cache.size > 500) cache.clear();
   cache.set(key, out);
@@ -170,6 +175,7 @@ function eng(value, unit) {
 
 function summary(m) {
   const t = m.totals, mem = m.memory.per_device || m.memory;
+  const at = m.memory.per_device ? "memory.per_device" : "memory";
   const rows = [
     ["step time bound", "totals.time_s", t.time_s, "s"],
     ["estimate (with communication)", "totals.estimate_time_s", t.estimate_time_s, "s"],
@@ -181,10 +187,10 @@ function summary(m) {
     ["limiter", "totals.limiter", t.limiter, ""],
     ["attention's share of the time", "totals.attention_share", t.attention_share, ""],
     ["MFU bound", "totals.mfu", t.mfu, ""],
-    ["memory a device holds", "memory.total_bytes", mem.total_bytes, "B"],
-    ["capacity", "memory.capacity_bytes", mem.capacity_bytes, "B"],
-    ["fits", "memory.fits", mem.fits, ""],
-    ["largest batch that fits", "memory.max_batch", mem.max_batch, ""],
+    ["memory a device holds", `${at}.total_bytes`, mem.total_bytes, "B"],
+    ["capacity", `${at}.capacity_bytes`, mem.capacity_bytes, "B"],
+    ["fits", `${at}.fits`, mem.fits, ""],
+    ["largest batch that fits", `${at}.max_batch`, mem.max_batch, ""],
   ].filter((r) => r[2] !== undefined && r[2] !== null);
   const body = $("summary").tBodies[0];
   body.replaceChildren(...rows.map(([label, field, value, unit]) => {
@@ -250,6 +256,7 @@ function drawMemory(m) {
   }));
   return Plotly.react("memory", traces, layout({
     barmode: "stack", xaxis: { title: { text: "bytes" }, exponentformat: "SI", rangemode: "tozero" },
+    legend: { orientation: "h", y: -0.3 },
     yaxis: { showticklabels: false },
     shapes: [{ type: "line", x0: mem.capacity_bytes, x1: mem.capacity_bytes, y0: 0, y1: 1, yref: "paper",
       line: { color: "#b3261e", width: 2, dash: "dash" } }],
