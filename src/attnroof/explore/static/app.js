@@ -21,7 +21,7 @@ const MEMORY_PARTS = [
   ["weights_bytes", "weights"], ["gradient_bytes", "gradients"], ["optimizer_bytes", "optimizer state"],
   ["kv_cache_bytes", "KV cache"], ["activation_bytes", "activations"],
 ];
-const CONFIG = { displaylogo: false, responsive: true };
+const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
 const explorer = { redraws: 0, serves: 0, lastRedrawMs: null, last: {}, requests: 0 };
 window.explorer = explorer;
@@ -260,8 +260,8 @@ function drawMemory(m) {
     yaxis: { showticklabels: false },
     shapes: [{ type: "line", x0: mem.capacity_bytes, x1: mem.capacity_bytes, y0: 0, y1: 1, yref: "paper",
       line: { color: "#b3261e", width: 2, dash: "dash" } }],
-    annotations: [{ x: mem.capacity_bytes, y: 1, yref: "paper", text: `capacity ${eng(mem.capacity_bytes, "B")}`,
-      showarrow: false, yanchor: "bottom", font: { color: "#b3261e" } }],
+    annotations: [{ x: mem.capacity_bytes, y: 0.97, yref: "paper", text: `capacity ${eng(mem.capacity_bytes, "B")} `,
+      showarrow: false, xanchor: "right", yanchor: "top", font: { color: "#b3261e" } }],
   }), CONFIG);
 }
 
