@@ -212,7 +212,7 @@ def test_a_request_for_another_host_is_refused(server):
     _one_line_error(*_get(req), "'evil.example'")  # type: ignore[arg-type]
 
 
-def test_no_request_reads_a_path_of_its_own(server, monkeypatch):
+def test_no_request_reads_a_path_of_its_own(server, monkeypatch, tmp_path):
     """Every file a command opens for a request lies in the server's folder: the readers of
     config.json files and device files are watched while hostile and pasted requests run."""
     base, explorer = server
@@ -236,6 +236,15 @@ def test_no_request_reads_a_path_of_its_own(server, monkeypatch):
         for key in ("model", "device"):
             _one_line_error(*_post(f"{base}api/model", {"params": {key: value, "context": "8"}}))
         _one_line_error(*_post(f"{base}api/devices", {"params": {"name": value}}))
+    # a built-in name or a catalog name that is also a file where the server runs is not read
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").write_text("{}")
+    (tmp_path / "L4").write_text("")
+    _one_line_error(
+        *_post(f"{base}api/model", {"params": {"model": "gpt2", "context": "8"}}), "'gpt2'", "file"
+    )
+    _one_line_error(*_post(f"{base}api/model", {"params": {"model": "llama-3.1-8b", "device": "L4"}}), "'L4'")
+    _one_line_error(*_post(f"{base}api/devices", {"params": {"name": "L4"}}), "'L4'")
     _post(f"{base}api/model", {"params": {"context": "8"}, "config": (CONFIGS / "gpt2.json").read_text()})
     _post(f"{base}api/devices", {"params": {}, "device_file": DEVICE_TOML})
     assert opened and all(p.startswith(str(explorer.folder)) for p in opened), opened

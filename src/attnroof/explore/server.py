@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -142,6 +143,10 @@ class Explorer:
                 f"model {name!r} is not a built-in model (the explorer takes a built-in name, "
                 "or a config.json's text)"
             )
+        if os.path.exists(name):  # the command line would read it as a path: never for a request
+            raise RequestError(
+                f"model {name!r} is also a file or folder where the explorer runs; start it elsewhere"
+            )
         return name
 
     def _device(self, name: str) -> str:
@@ -150,6 +155,8 @@ class Explorer:
                 f"device {name!r} is not in the catalog (the explorer takes a catalog name, "
                 "or a device file's text)"
             )
+        if os.path.exists(name):  # the command line would read it as a device file: never for a request
+            raise RequestError(f"device {name!r} is also a file where the explorer runs; start it elsewhere")
         return name
 
     def run(self, words: Sequence[str]) -> tuple[int, str, str]:
