@@ -196,6 +196,7 @@ function summary(m) {
   body.replaceChildren(...rows.map(([label, field, value, unit]) => {
     const tr = document.createElement("tr");
     tr.dataset.field = field;
+    tr.title = `the JSON field ${field}`;
     tr.dataset.value = JSON.stringify(value);
     tr.innerHTML = "<td></td><td></td>";
     tr.cells[0].textContent = label;
@@ -301,6 +302,7 @@ function drawServing(sv) {
   $("serving").querySelector("tbody").replaceChildren(...rows.map(([label, field, value, unit]) => {
     const tr = document.createElement("tr");
     tr.dataset.field = field;
+    tr.title = `the JSON field ${field}`;
     tr.dataset.value = JSON.stringify(value);
     tr.innerHTML = "<td></td><td></td>";
     tr.cells[0].textContent = label;
