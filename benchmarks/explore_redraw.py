@@ -101,7 +101,10 @@ def main() -> int:
         "page_ms": {"median": statistics.median(page), "max": max(page)},
         "driver_ms": {"median": statistics.median(wall), "max": max(wall)},
         "target_ms": TARGET_MS,
-        "each": [{"change": f"{c}={v}", "page_ms": p, "driver_ms": w} for (c, v), p, w in zip(CHANGES, page, wall, strict=True)],
+        "each": [
+            {"change": f"{c}={v}", "page_ms": p, "driver_ms": w}
+            for (c, v), p, w in zip(CHANGES, page, wall, strict=True)
+        ],
     }
     if args.json:
         print(json.dumps(out, indent=2))
