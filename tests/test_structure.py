@@ -236,7 +236,7 @@ PACKAGE_RANKS = [
     {"calibration", "measure"},
     {"serve"},
     {"text"},
-    {"plot"},
+    {"plot", "explore"},
     {"commands"},
     {"cli"},
     {"__main__"},

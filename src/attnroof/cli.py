@@ -1,180 +1,50 @@
 """The ``attnroof`` command: parse, call the library, print. Commands live in
-:mod:`attnroof.commands`, one module per family; each module lists its commands in ``COMMANDS``.
+:mod:`attnroof.commands`, one module per family; each module lists its commands in ``COMMANDS``;
+the parsers and the one-line errors are :mod:`attnroof.commands._run`'s.
 
 Every error a user can cause ends as one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
-import importlib
-import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
-from attnroof import __version__
+from attnroof.commands._run import (
+    EXIT_INTERNAL,
+    EXIT_USAGE,
+    FLAG_OF_PARAM,
+    LONG_WORD,
+    CommandParser,
+    Parser,
+    _with_flags,
+    build_parser,
+    one_line,
+    run,
+)
 
-if TYPE_CHECKING:
-    from attnroof.errors import AttnroofError
-
-EXIT_USAGE = 2
-EXIT_INTERNAL = 1
-
-
-LONG_WORD = 200
-"""A word of an error longer than this (a 5,000-digit number given as a flag) is shown cut."""
-
-
-def one_line(message: str) -> str:
-    """``message`` on one line: a newline, tab or other control character is shown escaped
-    (``\\n``), so that every error is exactly one line on stderr; a word longer than
-    :data:`LONG_WORD` characters is shown by its ends and its length.
-
-    >>> one_line("bad value '" + "9" * 5000 + "'")
-    "bad value '99999999999999999999999999999999999999999999999999999999999…9999999999999999999' (5,002 characters)"
-    """
-    line = "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in message.strip())
-    return " ".join(_cut(word) for word in line.split(" "))
-
-
-def _cut(word: str) -> str:
-    if len(word) <= LONG_WORD:
-        return word
-    return f"{word[:60]}…{word[-20:]} ({len(word):,} characters)"
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) and exit status 2; an unknown
-    choice says which one was meant; ``--flag=--`` is refused instead of becoming an empty list."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)}\n")
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
-        if action.nargs is None and action.option_strings and arg_strings == ["--"]:
-            flag = "/".join(action.option_strings)
-            self.error(f"argument {flag}: expected a value, got '--'")
-        return super()._get_values(action, arg_strings)
-
-    def _check_value(self, action: argparse.Action, value: Any) -> None:
-        if action.choices is None or value in action.choices:
-            return
-        import difflib
-
-        names = [str(c) for c in action.choices]
-        close = difflib.get_close_matches(str(value), names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        what = "/".join(action.option_strings) or action.metavar or action.dest
-        self.error(f"argument {what}: invalid choice {value!r}{hint} (choose from {', '.join(names)})")
-
-
-class CommandParser(Parser):
-    """A command's parser, made from the command index with its name alone: its module is
-    imported, and its arguments added, when it is first used (parsing its words, or
-    :meth:`load`). So ``attnroof --help`` lists every command and imports none of them."""
-
-    def __init__(self, *args: Any, command: str | None = None, module: str | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._pending = None if command is None or module is None else (command, module)
-
-    def load(self) -> CommandParser:
-        if self._pending is not None:
-            command, module = self._pending
-            self._pending = None
-            defined = importlib.import_module(f"attnroof.commands.{module}").COMMANDS
-            next(c for c in defined if c.name == command).fill(self)
-        return self
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        self.load()  # the subcommand action parses the command's words through this method
-        return super().parse_known_args(args, namespace)
-
-
-def build_parser(command: str | None = None, *, lazy: bool = False) -> Parser:
-    """The parser of every command. Each command's module is imported and its arguments added
-    at once, or, with ``lazy``, only for ``command`` (when it is known), the others when they
-    are parsed: start-up then imports the one module a run needs (none for ``--help``)."""
-    from attnroof.commands import COMMAND_INDEX
-
-    parser = Parser(
-        prog="attnroof",
-        description="Roofline analysis of attention and transformer operators.",
-        epilog="Run 'attnroof sheet' for the whole worked analysis; 'attnroof COMMAND -h' for each command.",
-        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=18, width=100),
-    )
-    parser.add_argument("--version", action="version", version=f"attnroof {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
-    for name, module, summary in COMMAND_INDEX:
-        p = sub.add_parser(name, help=summary, command=name, module=module)
-        if not lazy or name == command:
-            p.load()
-    return parser
-
-
-FLAG_OF_PARAM = {
-    "peak_flops_per_s": "--peak-flops",
-    "bandwidth_bytes_per_s": "--bandwidth",
-    "capacity_bytes": "--capacity",
-    "board_power_w": "--board-power",
-    "device": "--device",
-    "dtype": "--dtype",
-    "heads": "--heads",
-    "group": "--group",
-    "weight_dtype": "--weight-dtype",
-}
-"""The flag that sets each library parameter an error may name (see ``AttnroofError.param``)."""
-
-
-def _with_flags(e: AttnroofError) -> str:
-    """The error's message, with the library parameter it names replaced by its flag
-    (:func:`attnroof.errors.with_flag`: the parameter's own word, never a file's name)."""
-    from attnroof.errors import with_flag
-
-    text = str(e)
-    flag = FLAG_OF_PARAM.get(e.param or "")
-    return with_flag(text, e.param, flag) if flag and e.param else text
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_USAGE",
+    "FLAG_OF_PARAM",
+    "LONG_WORD",
+    "CommandParser",
+    "Parser",
+    "_with_flags",
+    "build_parser",
+    "main",
+    "one_line",
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``attnroof ARGV``, or the process's own command line when ``argv`` is None (the
     ``attnroof`` program and ``python -m attnroof``): its exit status."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(words[0] if words else None, lazy=True)
-    args = parser.parse_args(words)
-    if not getattr(args, "handler", None):
-        parser.print_help()
-        return EXIT_USAGE
-    from attnroof.errors import AttnroofError
-
-    if argv is None:
-        # The program: what start-up made (modules, classes, the parser) lives until the process
-        # ends, so the garbage collector need not walk it again, in the run's collections nor in
-        # the last one at exit (some 5 ms of a 60 ms `attnroof model`). Not done for main(argv)
-        # called by another program, whose objects are not ours to keep.
-        gc.freeze()
-    try:
-        return int(args.handler(args) or 0)
-    except AttnroofError as e:
-        print(f"attnroof: error: {one_line(_with_flags(e))}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt as e:  # a command may say what was kept and how to go on
-        print(f"attnroof: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        sys.stderr.close()  # `attnroof sheet | head` is not an error
-        return 0
-    except Exception as e:  # a bug, not bad input: still one line, unless asked for the traceback
-        if os.environ.get("ATTNROOF_DEBUG"):
-            raise
-        print(
-            one_line(
-                f"attnroof: internal error: {type(e).__name__}: {e} (ATTNROOF_DEBUG=1 shows the traceback)"
-            ),
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+    # The program: what start-up made (modules, classes, the parser) lives until the process
+    # ends, so the garbage collector need not walk it again, in the run's collections nor in
+    # the last one at exit (some 5 ms of a 60 ms `attnroof model`). Not done for main(argv)
+    # called by another program, whose objects are not ours to keep.
+    return run(sys.argv[1:] if argv is None else argv, freeze=argv is None)
 
 
 if __name__ == "__main__":

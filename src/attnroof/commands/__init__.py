@@ -24,6 +24,11 @@ COMMAND_INDEX = (
         "serve",
         "a deployment under traffic, scheduled as vLLM does: latency percentiles, SLO rate, cost",
     ),
+    (
+        "explore",
+        "explore",
+        "a local web page: pick a model, device, plan and load, and see the roofline move",
+    ),
     ("devices", "devices", "the device catalog, or one device with every figure and its source"),
     (
         "measure",
