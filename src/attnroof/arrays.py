@@ -13,6 +13,8 @@ from typing import Any
 
 def is_scalar(x: Any) -> bool:
     """True for a Python (or numpy scalar) number; False for an array."""
+    if type(x) in (int, float):  # the common case, without an attribute lookup
+        return True
     shape = getattr(x, "shape", None)
     return shape == () if shape is not None else isinstance(x, Number)
 

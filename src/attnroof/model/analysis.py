@@ -69,7 +69,14 @@ def place_op(op: Op, roof: Roof) -> OpResult:
     """Place each kernel of ``op`` on ``roof`` and add their time bounds."""
     time = mem_time = 0.0
     for stage in op.cost:
-        p = place((stage.flops, stage.bytes), roof)
+        f, b = stage.flops, stage.bytes
+        if type(f) in (int, float) and type(b) in (int, float) and b > 0:
+            # a number: the roof's own time and limiter, without a whole Placement
+            t = roof.time(float(f), float(b))
+            time += t
+            mem_time += t if roof.limiter(float(f) / float(b)) == MEMORY else 0.0
+            continue
+        p = place((f, b), roof)
         time += p.time_s
         mem_time += p.time_s if p.limiter == MEMORY else 0.0
     flops, nbytes = float(op.cost.flops), float(op.cost.bytes)

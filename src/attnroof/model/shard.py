@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from attnroof.errors import InputError
@@ -56,6 +57,7 @@ class Shard:
         return sum(stop - first for first, stop in self.ranges)
 
 
+@functools.lru_cache(maxsize=65536)
 def standing_for(model: ModelConfig, shard: Shard) -> Shard:
     """A shard that costs exactly as ``shard`` does, chosen so that equal ones meet in a cache:
     when every layer of the model is of one kind, any n layers cost alike wherever they sit, so

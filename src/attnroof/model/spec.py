@@ -8,7 +8,8 @@ work; counting what it holds (parameters, active parameters) is the layer table'
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 from attnroof.model.architectures import Experts, Latent, LayerKind, LayerRuns
@@ -75,6 +76,16 @@ class ModelConfig:
     mixers: Mixers | None = None
     """A hybrid's linear-attention, state-space, sparse or chunked mixers (issue 23); None: every
     layer's mixer is softmax attention."""
+
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    """The hash, worked out once: a plan search looks a model up in its caches ~10⁶ times."""
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            fields = tuple(getattr(self, f.name) for f in dataclass_fields(self) if f.compare)
+            object.__setattr__(self, "_hash", hash(fields))
+        assert self._hash is not None
+        return self._hash
 
     @property
     def group(self) -> int:

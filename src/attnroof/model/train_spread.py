@@ -325,11 +325,26 @@ def _stage_memory(
     activations of the micro-batches its schedule keeps in flight."""
     plan = layout.plan
     in_flight = layout.sched.in_flight(i, plan.pp, plan.microbatches, plan.virtual_stages)
-    mem = train_memory(
-        model, layout.micro, layout.here, layout.prec, capacity_bytes, fused=fused, recompute=recompute,
-        shard=layout.shards[i], zero=layout.zero, in_flight=in_flight,
+    shard = standing_for(model, layout.shards[i])
+    return _device_memory(
+        model, layout.micro, layout.here, layout.prec, capacity_bytes, fused, recompute, shard, layout.zero,
+        in_flight, plan.cp,
     )  # fmt: skip
-    return context_memory(mem, plan.cp)
+
+
+@functools.lru_cache(maxsize=65536)
+def _device_memory(
+    model: ModelConfig, micro: int, here: int, prec: TrainPrecision, capacity_bytes: float | None, fused: bool,
+    recompute: str, shard: Shard, zero: Zero, in_flight: int, cp: int,
+) -> TrainMemory:  # fmt: skip
+    """:func:`_stage_memory`'s figures, the same for every plan whose device holds an equal
+    shard (:func:`standing_for`) at the same micro-batch, ZeRO cut and micro-batches in flight:
+    a plan search meets each of them again and again."""
+    mem = train_memory(
+        model, micro, here, prec, capacity_bytes, fused=fused, recompute=recompute, shard=shard, zero=zero,
+        in_flight=in_flight,
+    )  # fmt: skip
+    return context_memory(mem, cp)
 
 
 def train_plan_memory(
