@@ -112,9 +112,18 @@ def _run(args: argparse.Namespace) -> int:
         prec_ = Precision(dt.itemsize, dt.itemsize, dt.itemsize)
         return spread(model, args.phase, batch, args.context, roof, links, o.plan, prec_, fused=fused)
 
-    def memory(o: Option) -> float:
+    def memory(o: Option, stop_above: float) -> float:
         prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
-        return train_plan_memory(model, batch, args.context, o.plan, prec, fused=fused, recompute=o.recompute)
+        return train_plan_memory(
+            model,
+            batch,
+            args.context,
+            o.plan,
+            prec,
+            fused=fused,
+            recompute=o.recompute,
+            stop_above=stop_above,
+        )
 
     def totals(s: Spread) -> dict[str, Any]:
         return step_totals(s, model, args.context, roof.peak_flops_per_s)

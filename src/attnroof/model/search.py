@@ -416,7 +416,7 @@ def search(
     *,
     context: int = 1,
     exact: bool = False,
-    memory: Callable[[Option], float] | None = None,
+    memory: Callable[[Option, float], float] | None = None,
 ) -> Search:
     """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
     so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
@@ -461,7 +461,9 @@ class _Job:
     """What judging a plan needs: its cost, its memory (None: from the cost), the capacity."""
 
     cost: Callable[[Option], Spread]
-    memory: Callable[[Option], float] | None
+    memory: Callable[[Option, float], float] | None
+    """An option's busiest device's bytes; given a limit, it may stop at the first device over
+    it and return that device's bytes (the plan's are at least as many)."""
     capacity_bytes: float | None
 
 
@@ -472,12 +474,15 @@ _JOB: _Job | None = None
 """The job the forked processes judge (set before they fork: closures do not pickle)."""
 
 
-def _judge(job: _Job, o: Option) -> tuple[Any, ...]:
+def _judge(job: _Job, o: Option, least_misfit: float = math.inf) -> tuple[Any, ...]:
     """One plan's verdict: (NOT_SEQUENCE,), (NOT_FIT, bytes), or ("fit", bytes, fits, bound,
-    estimate, costed: 1 when costed in full)."""
+    estimate, costed: 1 when costed in full). A plan that does not fit is looked at only until
+    its bytes pass both the capacity and ``least_misfit`` (the least of the misfits judged so
+    far): past that it can be neither costed nor the least misfit, so the search's answer is the
+    same as when every device is counted."""
     if job.memory is not None and job.capacity_bytes is not None:  # what cannot fit is not costed
         try:
-            held = job.memory(o)
+            held = job.memory(o, max(job.capacity_bytes, least_misfit))
         except InputError as e:
             if "--sp" not in str(e):
                 raise
@@ -501,9 +506,20 @@ def _judge_block(block: Sequence[Option]) -> list[tuple[Any, ...]]:
     """A forked process's share: its verdicts, or the one-line error that stopped it."""
     assert _JOB is not None
     try:
-        return [_judge(_JOB, o) for o in block]
+        return _judge_all(_JOB, block)
     except InputError as e:
         return [("error", str(e), e.param)]
+
+
+def _judge_all(job: _Job, options: Sequence[Option]) -> list[tuple[Any, ...]]:
+    """Each option's verdict, in order, the least misfit so far handed on."""
+    out, least = [], math.inf
+    for o in options:
+        verdict = _judge(job, o, least)
+        if verdict[0] == NOT_FIT:
+            least = min(least, verdict[1])
+        out.append(verdict)
+    return out
 
 
 WORKERS_ENV = "ATTNROOF_WORKERS"
@@ -526,7 +542,7 @@ def _judged(job: _Job, chosen: Sequence[Option]) -> list[tuple[Any, ...]]:
     are many (contiguous blocks, so that each process meets the same shards again)."""
     workers = search_workers()
     if len(chosen) < PARALLEL_FROM or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_judge(job, o) for o in chosen]
+        return _judge_all(job, chosen)
     global _JOB
     _JOB = job
     size = -(-len(chosen) // (4 * workers))

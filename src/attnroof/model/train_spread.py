@@ -64,6 +64,7 @@ so that a plan's memory and its cost cannot drift apart.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -356,14 +357,22 @@ def train_plan_memory(
     *,
     fused: bool = True,
     recompute: str = NONE,
+    stop_above: float = math.inf,
 ) -> float:
     """The busiest device's bytes under ``plan`` — what :func:`train_spread` reports as its
     memory, without costing a kernel or a collective: a plan search rejects what does not fit
-    before it costs it (:mod:`attnroof.model.search`)."""
+    before it costs it (:mod:`attnroof.model.search`). The first stage is looked at first (it
+    keeps the most micro-batches in flight), then the last (the LM head); the first device over
+    ``stop_above`` ends the look, its bytes returned: the plan's are at least that."""
     layout = _layout(model, batch, context, plan, prec, fused)
-    return max(
-        _stage_memory(model, layout, i, None, fused, recompute).total_bytes for i in range(len(layout.shards))
-    )
+    n = len(layout.shards)
+    busiest = 0.0
+    for i in (0, *range(n - 1, 0, -1)):
+        held = _stage_memory(model, layout, i, None, fused, recompute).total_bytes
+        if held > stop_above:
+            return held
+        busiest = max(busiest, held)
+    return busiest
 
 
 def placed_stage(
