@@ -43,6 +43,14 @@ def _check(name: str, value: Any, *, whole: bool, strict: bool, expected: str) -
         if value > 0 or (value == 0 and not strict):
             return value
         raise InputError(f"{name} must be {expected}, got {value!r}")
+    if kind is float:  # the next: a plain float (NaN fails every comparison)
+        if (
+            (value > 0 or (value == 0 and not strict))
+            and value < math.inf
+            and (not whole or value.is_integer())
+        ):
+            return value
+        raise InputError(f"{name} must be {expected}, got {value!r}")
     if isinstance(value, (bool, str, bytes)):
         raise InputError(f"{name} must be {expected}, got {value!r}")
     if _plain(value):

@@ -24,9 +24,10 @@ stage's kernels, as it does every collective.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from attnroof import arrays
 from attnroof.devices.links import Link, Links
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
 from attnroof.model.parallel import Plan, Shard, group_link, local_members
@@ -59,10 +60,14 @@ class CommOp:
     """Training: the pass that runs it (forward, recompute, backward, or once a step)."""
     behind: str = ""
     """The operator kind whose kernels alone can hide it (the K/V ring: attention); "" for any."""
+    time_s: Any = field(init=False, repr=False, compare=False)
+    """One run's time on its link (:meth:`Comm.on`), worked out once: a float, or an array for
+    a collective of an array of sizes (the serving engine's tables)."""
 
-    @property
-    def time_s(self) -> float:
-        return self.comm.on(self.link)
+    def __post_init__(self) -> None:
+        link = self.link
+        t = self.comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s)
+        object.__setattr__(self, "time_s", float(t) if arrays.is_scalar(t) else t)
 
     def to_json(self) -> dict[str, Any]:
         return {

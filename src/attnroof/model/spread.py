@@ -152,10 +152,8 @@ class StageResult:
 
     def _by_pass(self) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], dict[str, float]]]:
         """Kernel time per (pass, layer kind), and collective time per (pass, layer kind) per link."""
-        compute: dict[tuple[str, str], float] = {}
+        compute = _kernels_by_pass(self.ops, self.passes)
         comm: dict[tuple[str, str], dict[str, float]] = {}
-        for o, p in zip(self.ops, self.passes or ("",) * len(self.ops), strict=True):
-            compute[p, o.layer_kind] = compute.get((p, o.layer_kind), 0.0) + o.count * o.time_s
         for c in self.comms:
             links = comm.setdefault((c.pass_name, c.layer_kind), {})
             links[c.link.kind] = links.get(c.link.kind, 0.0) + c.count * c.time_s
@@ -352,6 +350,27 @@ class Spread:
             "comm_bytes_per_device": m * _sent(s.comms) + _sent(s.step_comms),
             "bubble_share": self.bubble_share,
         }
+
+
+_BY_PASS: dict[int, tuple[Any, dict[tuple[str, str], float]]] = {}
+"""Kernel time per (pass, layer kind) of a placed stage's operators, by the identity of their
+tuple: the tuples come from :func:`attnroof.model.train_spread.placed_stage`'s cache, so every
+plan that runs the same stage hands over the same tuple (kept here beside its sums, so that its
+identity cannot be reused)."""
+
+
+def _kernels_by_pass(ops: tuple[OpResult, ...], passes: tuple[str, ...]) -> dict[tuple[str, str], float]:
+    key = id(ops)
+    hit = _BY_PASS.get(key)
+    if hit is not None and hit[0][0] is ops and hit[0][1] == passes:
+        return hit[1]
+    compute: dict[tuple[str, str], float] = {}
+    for o, p in zip(ops, passes or ("",) * len(ops), strict=True):
+        compute[p, o.layer_kind] = compute.get((p, o.layer_kind), 0.0) + o.count * o.time_s
+    if len(_BY_PASS) > 65536:
+        _BY_PASS.clear()
+    _BY_PASS[key] = ((ops, passes), compute)
+    return compute
 
 
 def _sent(comms: tuple[CommOp, ...]) -> float:
