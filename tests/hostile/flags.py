@@ -87,6 +87,6 @@ CASES += [
     Case("plan --devices beyond any cluster", argv=(*PLAN, "--devices", "1000000000"), error=("--devices",)),
     # 81,228 plans on up to 16,384 devices (every CP degree down to one token a device): refused
     # at once, not left to run for minutes
-    Case("plan with too many plans", argv=(*PLAN, "--devices", "16384"), error=("--where", "60,000")),
+    Case("plan with too many plans", argv=(*PLAN, "--devices", "16384"), error=("--where", "100,000")),
     Case("plan --where garbage", argv=(*PLAN, "--devices", "8", "--where", "tp<<8"), error=("--where",)),
 ]

@@ -61,10 +61,10 @@ from attnroof.operators import ATTENTION, rule
 
 RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
-MAX_PLANS = 60_000
-"""The most plans one search tries: plans are costed one by one, some 5,000 a second a core, so
-more than this (a quarter of a minute on one core) is refused in one line — narrow the search
-with ``--where`` — rather than left running."""
+MAX_PLANS = 100_000
+"""The most plans one search tries: plans are costed one by one, some 7,000 to 10,000 a second
+on each core, so more than this (a quarter of a minute on one core) is refused in one line —
+narrow the search with ``--where`` — rather than left running."""
 MAX_DEVICES = 1 << 20
 """The most devices a search takes: the largest clusters announced hold some 10⁵ GPUs."""
 
