@@ -85,8 +85,26 @@ CASES = [
 PLAN = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--context", "8k", "--batch", "8")
 CASES += [
     Case("plan --devices beyond any cluster", argv=(*PLAN, "--devices", "1000000000"), error=("--devices",)),
-    # 81,228 plans on up to 16,384 devices (every CP degree down to one token a device): refused
-    # at once, not left to run for minutes
-    Case("plan with too many plans", argv=(*PLAN, "--devices", "16384"), error=("--where", "100,000")),
+    # a training search of 4M tokens on up to 65,536 devices: more than 100,000 plans, refused at
+    # once (counted before any is costed), not left to run for minutes
+    Case(
+        "plan with too many plans",
+        argv=(
+            "plan",
+            "--model",
+            "llama-3.1-8b",
+            "--device",
+            "h100",
+            "--phase",
+            "train",
+            "--context",
+            "4096",
+            "--global-batch",
+            "4M",
+            "--devices",
+            "65536",
+        ),
+        error=("--where", "100,000"),
+    ),
     Case("plan --where garbage", argv=(*PLAN, "--devices", "8", "--where", "tp<<8"), error=("--where",)),
 ]
