@@ -120,3 +120,19 @@ CASES = [
     ),
     Case("--chart unknown format", (*S, "--chart", "{dir}/c.bmp"), error=("c.bmp", "format")),
 ]
+
+CASES += [
+    Case(
+        "--num-requests millions",
+        (*S[:5], "--num-requests", "5000000"),
+        error=("--num-requests", "at most 1,000,000"),
+    ),
+    Case(
+        "--max-num-batched-tokens huge",
+        (*S, "--max-num-batched-tokens", "9999999999"),
+        error=("--max-num-batched-tokens", "at most 1,048,576"),
+    ),
+    Case("--max-num-seqs huge", (*S, "--max-num-seqs", "100000"), error=("--max-num-seqs", "at most 65,536")),
+    Case("--block-size huge", (*S, "--block-size", "100000"), error=("--block-size",)),
+    Case("--concurrency huge", (*S, "--concurrency", "9999999"), error=("--concurrency",)),
+]

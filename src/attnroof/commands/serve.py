@@ -43,6 +43,21 @@ def nonnegative_duration(text: str) -> float:
     return duration_arg(text)
 
 
+def at_most(most: int, what: str) -> Any:
+    """A positive whole number no larger than ``most``: beyond it a simulation would run for
+    minutes or its tables fill the memory, so it is refused in one line."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > most:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is more {what} than a simulation takes (at most {most:,})"
+            )
+        return value
+
+    return parse
+
+
 def rate_arg(text: str) -> float:
     """Requests per second, or ``inf`` (every request at once)."""
     if text.strip().lower() in ("inf", "infinity"):
@@ -95,7 +110,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     load.add_argument(
         "--concurrency",
-        type=positive_int,
+        type=at_most(1_000_000, "clients"),
         metavar="N",
         help="closed loop: N clients, each waits for its answer",
     )
@@ -110,7 +125,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="requests, one JSON object a line: input_tokens, output_tokens and (optionally) arrival_s",
     )  # fmt: skip
     load.add_argument(
-        "--num-requests", type=positive_int, default=1000, metavar="N", help="requests (default 1000)"
+        "--num-requests",
+        type=at_most(1_000_000, "requests"),
+        default=1000,
+        metavar="N",
+        help="requests (default 1000)",
     )
     load.add_argument(
         "--warmup", type=int, default=0, metavar="N", help="first N requests run but not counted (default 0)"
@@ -118,24 +137,35 @@ def _setup(p: argparse.ArgumentParser) -> None:
     load.add_argument("--seed", type=int, default=0, help="seed for arrivals and lengths (default 0)")
     eng = p.add_argument_group("engine (vLLM's scheduler)")
     eng.add_argument(
-        "--max-num-seqs", type=positive_int, default=256, metavar="N", help="sequences a step (default 256)"
+        "--max-num-seqs",
+        type=at_most(65_536, "sequences"),
+        default=256,
+        metavar="N",
+        help="sequences a step (default 256)",
     )
     eng.add_argument(
         "--max-num-batched-tokens",
-        type=positive_int,
+        type=at_most(1 << 20, "tokens a step"),
         default=8192,
         metavar="N",
         help="tokens a step (default 8192)",
     )
     eng.add_argument(
-        "--block-size", type=positive_int, default=16, metavar="N", help="tokens a KV block (default 16)"
+        "--block-size",
+        type=at_most(4096, "tokens a block"),
+        default=16,
+        metavar="N",
+        help="tokens a KV block (default 16)",
     )
     eng.add_argument(
         "--gpu-memory-utilization", type=share_arg, default=0.9, metavar="X",
         help="share of device memory for weights, activations and KV cache (default 0.9)",
     )  # fmt: skip
     eng.add_argument(
-        "--max-model-len", type=positive_int, metavar="N", help="longest request (default: the model's)"
+        "--max-model-len",
+        type=at_most(1 << 24, "tokens a request"),
+        metavar="N",
+        help="longest request (default: the model's)",
     )
     eng.add_argument(
         "--step-overhead", type=nonnegative_duration, default=0.0, metavar="T",

@@ -80,6 +80,7 @@ def pool(
     overhead_s: float = 0.0,
     calibration: Any = None,
     impl: str | None = None,
+    longest: int | None = None,
 ) -> Pool:
     """An engine of ``model`` on one device, or on ``plan``'s tensor-parallel group; its steps
     forecast by ``calibration`` where one is given, else at their roofline bound. A hybrid's
@@ -122,8 +123,11 @@ def pool(
             + ("" if plan is None or plan.single else f" per device of the plan ({plan.devices} devices)"),
             param="gpu_memory_utilization",
         )
+    # the decode tables run to the longest request's tokens (a model of 10M positions needs no
+    # 10M-entry table for 2k-token requests); the engine refuses a request past the model's length
+    table = max_len if longest is None else max(1, min(max_len, longest))
     kw: dict[str, Any] = dict(
-        max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs, max_context=max_len,
+        max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs, max_context=table,
         options=options, plan=plan, links=links,
     )  # fmt: skip
 

@@ -143,12 +143,13 @@ class Result:
         }
 
 
-def _pools(job: Job) -> tuple[dict[str, Pool], Disaggregated | None]:
+def _pools(job: Job, longest: int) -> tuple[dict[str, Pool], Disaggregated | None]:
+    """The deployment's engines, their tables as long as the ``longest`` request needs."""
     from attnroof.model.parallel import Plan
 
     kw = dict(
         options=job.options, memory_utilization=job.memory_utilization, links=job.links,
-        overhead_s=job.step_overhead_s, calibration=job.calibration, impl=job.impl,
+        overhead_s=job.step_overhead_s, calibration=job.calibration, impl=job.impl, longest=longest,
     )  # fmt: skip
     cap = job.device.capacity_bytes
     if cap is None:
@@ -193,10 +194,16 @@ def _simulate(job: Job, pools: dict[str, Pool], dis: Disaggregated | None, w: Wo
     return simulate_disaggregated(dis, w) if dis is not None else simulate(pools["engine"], w)
 
 
+def _longest(w: Workload) -> int:
+    """The most tokens a request of ``w`` holds (its prompt and answer; the lengths are the same
+    at every rate, drawn before the arrivals)."""
+    return int((w.input_tokens + w.output_tokens).max())
+
+
 def run(job: Job) -> Result:
-    pools, dis = _pools(job)
-    devices = sum(p.devices for p in pools.values())
     w = job.traffic.at(None)
+    pools, dis = _pools(job, _longest(w))
+    devices = sum(p.devices for p in pools.values())
     r = _simulate(job, pools, dis, w)
     nominal = w.rate if math.isfinite(w.rate) else None
     summary = summarise(r, warmup=job.traffic.warmup, slo=job.slo, rate=nominal)
@@ -297,7 +304,7 @@ CHART_RATES = 8
 def sweep_rates(job: Job, result: Result) -> list[tuple[float, Summary]]:
     """Summaries over :data:`CHART_RATES` rates from 15% to 120% of the all-at-once capacity,
     and the rates the search tried (rerun: the search keeps only their percentiles)."""
-    pools, dis = _pools(job)
+    pools, dis = _pools(job, _longest(job.traffic.at(None)))
 
     def at(rate: float) -> Summary:
         return summarise(
