@@ -455,3 +455,26 @@ def test_attention_without_a_chunk_rule_runs_prompts_whole():
     assert d["summary"]["requests"] == 40
     r = run_cli(*flags, "--input-len", "9000")
     assert r.returncode == 2 and "chunked prefill" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_chart_never_overwrites_measurements(tmp_path):
+    """A chart over a results file (a record with its key, as `attnroof measure` writes them) is
+    refused before any simulation runs, the file left as it was; --force overwrites it."""
+    results = tmp_path / "meas.png"
+    results.write_text('{"key": "linear/linear/bf16/n=64,k=64,m=64", "kind": "linear", "time_s": 7.1e-05}\n')
+    before = results.read_bytes()
+    argv = (
+        "serve-sim",
+        "--model",
+        "llama-3.1-8b",
+        "--device",
+        "h100",
+        "--num-requests",
+        "5",
+        "--chart",
+        str(results),
+    )
+    r = run_cli(*argv)
+    assert r.returncode == 2 and "1 measurement" in r.stderr and "--force" in r.stderr
+    assert results.read_bytes() == before
+    assert run_cli(*argv, "--force").returncode == 0 and results.read_bytes()[:4] == b"\x89PNG"

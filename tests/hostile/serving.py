@@ -136,3 +136,23 @@ CASES += [
     Case("--block-size huge", (*S, "--block-size", "100000"), error=("--block-size",)),
     Case("--concurrency huge", (*S, "--concurrency", "9999999"), error=("--concurrency",)),
 ]
+
+MEASURED = '{"kind": "linear", "n": 64, "k": 64, "m": 64, "median_s": 1e-5}\n'
+
+CASES += [
+    Case(
+        "requests file arrival of 401 digits",
+        REQ,
+        files={"r.jsonl": '{"input_tokens": 5, "output_tokens": 5, "arrival_s": 1' + "0" * 400 + "}\n"},
+        error=("r.jsonl:1", "401-digit"),
+    ),
+    Case(
+        "requests file tokens of 5,000 digits",
+        REQ,
+        files={"r.jsonl": '{"input_tokens": ' + "9" * 5000 + ', "output_tokens": 5}\n'},
+        error=("r.jsonl:1",),
+    ),
+    Case(
+        "--chart into a missing folder", (*S, "--chart", "{dir}/none/c.png"), error=("none", "no such folder")
+    ),
+]

@@ -12,6 +12,7 @@ from attnroof.commands._calibration import add_calibration_args, load
 from attnroof.commands._common import (
     Command,
     add_device_args,
+    add_force_arg,
     add_json_arg,
     emit_json,
     positive_int,
@@ -243,6 +244,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="latency against rate (p50 and the percentile, TTFT and TPOT) over the rates --max-rate tried, "
         "or 8 rates up to the all-at-once capacity (needs attnroof[plot])",
     )  # fmt: skip
+    add_force_arg(p)
     add_device_args(p)
     add_calibration_args(p)
     add_json_arg(p)
@@ -331,6 +333,20 @@ def _check(args: argparse.Namespace) -> None:
     )
     require(not (args.max_rate and args.rate is not None), "--max-rate searches the rate: leave out --rate")
     require(not (args.chart and args.concurrency), "--chart sweeps the arrival rate: not with --concurrency")
+    if args.chart:  # before any simulation: a path that cannot be written, or holds measurements
+        from pathlib import Path
+
+        from attnroof import outfile
+
+        known = (".png", ".svg", ".pdf")
+        require(
+            Path(args.chart).suffix.lower() in known,
+            f"--chart {args.chart!r}: unknown image format; use {', '.join(known)}",
+        )
+        outfile.target(args.chart)
+        outfile.check_overwrite(
+            args.chart, force=args.force, hint=" (pass --force to overwrite it, or choose another --chart)"
+        )
     pools = (args.prefill_devices, args.decode_devices)
     require(
         (pools[0] is None) == (pools[1] is None),

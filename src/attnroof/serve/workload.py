@@ -156,6 +156,21 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+MAX_ARRIVAL_S = 1e12
+"""The latest arrival a file may give (some 30,000 years): past it a time is a typo."""
+
+
+def _seconds(value: Any) -> float | None:
+    """An arrival time in seconds, or None for one that is not a number in [0, 10^12)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if 0 <= seconds < MAX_ARRIVAL_S else None
+
+
 def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
@@ -168,7 +183,9 @@ def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
         out[key] = value
     if "arrival_s" in row:
         value = row["arrival_s"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-            raise InputError(f"{where}: arrival_s = {json.dumps(value)} is not a time ≥ 0 in seconds")
-        out["arrival_s"] = float(value)
+        seconds = _seconds(value)
+        if seconds is None:
+            shown = json.dumps(value) if len(str(value)) <= 40 else f"a {len(str(value))}-digit number"
+            raise InputError(f"{where}: arrival_s = {shown} is not a time ≥ 0 in seconds (below 10^12)")
+        out["arrival_s"] = seconds
     return out
