@@ -289,6 +289,15 @@ def require(condition: bool, message: str) -> None:
 # ---------------------------------------------------------------- output
 
 
-def emit_json(data: dict[str, Any]) -> None:
-    text = json.dumps(to_jsonable(data), indent=2, ensure_ascii=False)  # whole, or nothing
+def emit_json(data: dict[str, Any], *, row_per_line: str | None = None) -> None:
+    """``data`` as JSON, indented, written whole or not at all; the list under ``row_per_line``
+    (a table of many rows: a plan search's every plan) one row to a line."""
+    plain = to_jsonable(data)
+    rows = plain.pop(row_per_line, None) if row_per_line else None
+    if rows is not None:
+        plain[row_per_line] = mark = f"\0{row_per_line}\0"
+    text = json.dumps(plain, indent=2, ensure_ascii=False)
+    if rows is not None:
+        lines = ",\n    ".join(json.dumps(r, ensure_ascii=False) for r in rows)
+        text = text.replace(json.dumps(mark), f"[\n    {lines}\n  ]" if rows else "[]")
     sys.stdout.write(text + "\n")

@@ -136,6 +136,16 @@ def _run(args: argparse.Namespace) -> int:
         args.expert_imbalance == 1 or model.experts is not None,
         f"--expert-imbalance: {model.name} has no experts",
     )
+    judge = None
+    if train:
+        from attnroof.model.plan_table import PlanTable
+
+        prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
+        table = PlanTable(model, batch, args.context, roof, links, prec, fused=fused)
+
+        def judge(options: list[Option]) -> list[tuple[Any, ...]]:
+            return table.judge(options, dev.capacity_bytes)
+
     found = search(
         model,
         args.phase,
@@ -148,6 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         Choices(expert_imbalance=args.expert_imbalance),
         context=args.context,
         memory=memory if train else None,
+        judge=judge,
     )
     if args.json:
         emit_json(
@@ -165,7 +176,8 @@ def _run(args: argparse.Namespace) -> int:
                 "rejected": dict(found.rejected),
                 "front": [r.to_json() for r in found.front],
                 "plans": [r.to_json(full=False) for r in found.rows],
-            }
+            },
+            row_per_line="plans",
         )
         return 0
     from attnroof.text.model import Setting, header

@@ -65,6 +65,12 @@ class OpResult:
         }
 
 
+def kernel_time(op: Op, roof: Roof) -> Any:
+    """One run's time bound, Σ over ``op``'s kernels of max(F/P, bytes/B): a number, or an array
+    for an operator costed on arrays of shapes (:func:`place_op`'s ``time_s``, element by element)."""
+    return sum(roof.time(stage.flops, stage.bytes) for stage in op.cost)
+
+
 def place_op(op: Op, roof: Roof) -> OpResult:
     """Place each kernel of ``op`` on ``roof`` and add their time bounds."""
     time = mem_time = 0.0

@@ -88,23 +88,6 @@ class CommOp:
         }
 
 
-def exposed_beyond(
-    comms: tuple[CommOp, ...], ops: Any, passes: tuple[str, ...]
-) -> dict[tuple[str, str], float]:
-    """Per (pass, layer kind), what the collectives only attention can hide (``behind``: the K/V
-    ring) leave exposed beyond the attention kernels among ``ops`` (placed, one pass each)."""
-    exposed: dict[tuple[str, str], float] = {}
-    for c in comms:
-        if c.behind:
-            exposed[c.pass_name, c.layer_kind] = (
-                exposed.get((c.pass_name, c.layer_kind), 0.0) + c.count * c.time_s
-            )
-    for o, p in zip(ops, passes, strict=True):
-        if o.attention and (p, o.layer_kind) in exposed:
-            exposed[p, o.layer_kind] -= o.count * o.time_s
-    return {k: max(0.0, t) for k, t in exposed.items()}
-
-
 def block_reduce(
     block: float, t: int, link: Link, kind: str, count: int, *, sp: bool, name: str, pass_name: str = ""
 ) -> list[CommOp]:

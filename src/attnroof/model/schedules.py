@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from attnroof.errors import InputError
 
@@ -54,29 +55,30 @@ class Schedule:
 
     name: str
     source: str
-    time: Callable[[Sequence[float], Sequence[float], int, int], float]
-    """(each stage's time a micro-batch, the weight-gradient part of it, m, v) → the pipeline's time."""
+    fill: Callable[[Any, Any, Any], Any]
+    """(a stage's time a micro-batch t, the weight-gradient part of it w, v) → what the stage
+    adds to the pipeline's fill and drain (floats or arrays, element by element)."""
+    pace: Callable[[Any, Any, Any, Any], Any]
+    """(t, w, m, v) → the pipeline's steady part were this stage the slowest (the largest
+    sets the pace)."""
     in_flight: Callable[[int, int, int, int], float]
     """(stage i, p, m, v) → the micro-batches of its layers' activations stage i holds at most."""
     sends: Callable[[int], int]
     """v → the point-to-point sends a device makes each micro-batch, each way (a chunk boundary each)."""
     training_only: bool = False
 
+    def time(self, t: Sequence[float], w: Sequence[float], m: int, v: int) -> float:
+        """The pipeline's time over stages taking ``t`` a micro-batch (``w`` of it their weight
+        gradients): Σ fill + max pace (the module's table;
+        :func:`attnroof.model.busy.pipelines` for many plans at once)."""
+        return sum(self.fill(ti, wi, v) for ti, wi in zip(t, w, strict=True)) + max(
+            self.pace(ti, wi, m, v) for ti, wi in zip(t, w, strict=True)
+        )
 
-def _one_f_one_b(t: Sequence[float], w: Sequence[float], m: int, v: int) -> float:
-    return sum(t) + (m - 1) * max(t)
 
-
-def _interleaved(t: Sequence[float], w: Sequence[float], m: int, v: int) -> float:
-    return sum(t) / v + (m - 1 / v) * max(t)
-
-
-def _zb_h1(t: Sequence[float], w: Sequence[float], m: int, v: int) -> float:
-    """Each stage's fill and drain less its W twice (the W it defers fills the bubble it would
-    leave); the stage that sets the pace runs m micro-batches whole."""
-    return sum(ti - 2 * wi for ti, wi in zip(t, w, strict=True)) + max(
-        (m - 1) * ti + 2 * wi for ti, wi in zip(t, w, strict=True)
-    )
+# Each schedule's time as Σ fill + max pace: 1F1B's Σ t + (m − 1)·max t; interleaved's
+# Σ t/v + (m − 1/v)·max t; ZB-H1's fill and drain less each stage's W twice (the W it defers
+# fills the bubble it would leave), the stage that sets the pace running m micro-batches whole.
 
 
 def _interleaved_in_flight(i: int, p: int, m: int, v: int) -> float:
@@ -89,21 +91,24 @@ SCHEDULES: dict[str, Schedule] = {
         Schedule(
             ONE_F_ONE_B,
             "Narayanan et al. 2021 (Megatron-LM at scale), §2.2.1: PipeDream-Flush",
-            _one_f_one_b,
+            lambda t, w, v: t,
+            lambda t, w, m, v: (m - 1) * t,
             lambda i, p, m, v: min(m, p - i),
             lambda v: 1,
         ),
         Schedule(
             INTERLEAVED,
             "Narayanan et al. 2021, §2.2.2; in flight: megatron/core/pipeline_parallel/schedules.py",
-            _interleaved,
+            lambda t, w, v: t / v,
+            lambda t, w, m, v: (m - 1 / v) * t,
             _interleaved_in_flight,
             lambda v: v,
         ),
         Schedule(
             ZB_H1,
             "Qi et al. 2024, Zero Bubble Pipeline Parallelism (ICLR 2024), §2.1",
-            _zb_h1,
+            lambda t, dw, v: t - 2 * dw,
+            lambda t, dw, m, v: (m - 1) * t + 2 * dw,
             lambda i, p, m, v: min(m, p),
             lambda v: 1,
             training_only=True,

@@ -49,6 +49,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from attnroof.errors import InputError
 from attnroof.model.layers import layer_table
 from attnroof.model.parallel import Plan
@@ -61,7 +63,7 @@ from attnroof.operators import ATTENTION, rule
 
 RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
-MAX_PLANS = 100_000
+MAX_PLANS = 500_000
 """The most plans one search tries: plans are costed one by one, some 7,000 to 10,000 a second
 on each core, so more than this (a quarter of a minute on one core) is refused in one line —
 narrow the search with ``--where`` — rather than left running."""
@@ -384,23 +386,26 @@ def limiter(s: Spread, totals: dict[str, Any]) -> str:
 
 def pareto(rows: Sequence[Row]) -> list[Row]:
     """The rows no other row beats on step time, memory per device and devices used at once,
-    fastest first.
+    fastest first: in order of (time, memory, devices), a row stays unless an earlier one needs
+    no more memory and no more devices (on arrays: for each device count, the least memory of
+    the earlier rows on at most that many devices).
 
     >>> from types import SimpleNamespace as N
     >>> r = lambda t, mem, d: N(time_s=t, memory_bytes=mem, option=N(plan=N(devices=d)))
     >>> [(x.time_s, x.memory_bytes) for x in pareto([r(1, 9, 8), r(2, 5, 8), r(2, 9, 8), r(3, 5, 4)])]
     [(1, 9), (2, 5), (3, 5)]
     """
-
-    def key(r: Any) -> tuple[float, float, int]:
-        return (r.time_s, r.memory_bytes, r.option.plan.devices)
-
-    front: list[Any] = []
-    for r in sorted(rows, key=key):
-        k = key(r)
-        if not any(all(a <= b for a, b in zip(key(f), k, strict=True)) for f in front):
-            front.append(r)
-    return front
+    ordered = sorted(rows, key=lambda r: (r.time_s, r.memory_bytes, r.option.plan.devices))
+    if not ordered:
+        return []
+    memory = np.array([r.memory_bytes for r in ordered], dtype=float)
+    devices = np.array([r.option.plan.devices for r in ordered])
+    beaten = np.zeros(len(ordered), dtype=bool)
+    for d in np.unique(devices):
+        earlier = np.minimum.accumulate(np.where(devices <= d, memory, np.inf))  # through each row
+        before = np.concatenate(([np.inf], earlier[:-1]))
+        beaten |= (devices == d) & (before <= memory)
+    return [r for r, out in zip(ordered, beaten, strict=True) if not out]
 
 
 def search(
@@ -417,12 +422,15 @@ def search(
     context: int = 1,
     exact: bool = False,
     memory: Callable[[Option, float], float] | None = None,
+    judge: Callable[[Sequence[Option]], list[tuple[Any, ...]]] | None = None,
 ) -> Search:
     """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
     so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
     ``capacity_bytes``, and their Pareto front. With ``memory`` (an option's busiest device's
     bytes, as ``cost`` would report them), a plan that cannot fit is rejected before it is
-    costed."""
+    costed. With ``judge`` (many options' verdicts at once, as :func:`_judge` gives them one by
+    one: :class:`attnroof.model.plan_table.PlanTable`, training plans on arrays), the plans are
+    judged by it; ``cost`` then works out only the plans shown."""
     if devices > MAX_DEVICES:
         raise InputError(
             f"--devices {devices:,}: more than {MAX_DEVICES:,}, beyond any cluster built", param="--devices"
@@ -440,7 +448,7 @@ def search(
                 param="--where",
             )
     out.tried = len(chosen)
-    job = _Job(cost, memory, capacity_bytes)
+    job = _Job(cost, memory, capacity_bytes, judge)
     for o, (what, *figures) in zip(chosen, _judged(job, chosen), strict=True):
         if what == NOT_SEQUENCE:
             out.rejected[NOT_SEQUENCE] += 1
@@ -465,6 +473,8 @@ class _Job:
     """An option's busiest device's bytes; given a limit, it may stop at the first device over
     it and return that device's bytes (the plan's are at least as many)."""
     capacity_bytes: float | None
+    judge: Callable[[Sequence[Option]], list[tuple[Any, ...]]] | None = None
+    """Many options' verdicts at once (None: each by :func:`_judge`)."""
 
 
 PARALLEL_FROM = 2_000
@@ -513,6 +523,8 @@ def _judge_block(block: Sequence[Option]) -> list[tuple[Any, ...]]:
 
 def _judge_all(job: _Job, options: Sequence[Option]) -> list[tuple[Any, ...]]:
     """Each option's verdict, in order, the least misfit so far handed on."""
+    if job.judge is not None:
+        return job.judge(options)
     out, least = [], math.inf
     for o in options:
         verdict = _judge(job, o, least)

@@ -43,7 +43,8 @@ from typing import Any
 
 from attnroof.devices.links import Links
 from attnroof.model.analysis import OpResult, place_op
-from attnroof.model.comms import LINK, SYNC_HIDDEN_BY, CommOp, exposed_beyond, stage_comms
+from attnroof.model.busy import Dense, Parts, Times, comm_parts, kernel_parts, link_traffic, stage_times
+from attnroof.model.comms import LINK, CommOp, stage_comms
 from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step
 from attnroof.model.memory import Memory, memory
@@ -80,14 +81,6 @@ def _kept(fn: Callable[[Any], Any]) -> Any:
     return property(get)
 
 
-def _busy(comms: tuple[CommOp, ...]) -> dict[str, float]:
-    """Each link's busy time for ``comms``: the collectives that ride it."""
-    out: dict[str, float] = {}
-    for c in comms:
-        out[c.link.kind] = out.get(c.link.kind, 0.0) + c.count * c.time_s
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class StageResult:
     """One pipeline stage on one device, for one micro-batch."""
@@ -115,8 +108,17 @@ class StageResult:
         return ((self.first, self.stop), *self.more)
 
     @_kept
+    def parts(self) -> Parts:
+        """Its kernels and collectives summed by pass and layer kind (:mod:`attnroof.model.busy`)."""
+        return kernel_parts_of(self.ops, self.passes) + comm_parts(self.comms, self.step_comms)
+
+    @_kept
+    def _times(self) -> Times:
+        return stage_times(Dense.of([self.parts]), self.overlap)
+
+    @_kept
     def compute_time_s(self) -> float:
-        return sum(o.count * o.time_s for o in self.ops)
+        return float(self._times.compute[0])
 
     @property
     def comm_time_s(self) -> float:
@@ -124,40 +126,27 @@ class StageResult:
 
     def link_times(self) -> dict[str, float]:
         """Each link's busy time for one micro-batch: the collectives that ride it (a copy)."""
-        return dict(self._per_link)
+        return self._on_links(self._times.busy, {k[2] for k in self.parts.comm})
 
     def sync_link_times(self) -> dict[str, float]:
         """Each link's busy time for the once-a-step collectives (a copy)."""
-        return dict(self._per_link_sync)
+        return self._on_links(self._times.sync, {k[1] for k in self.parts.sync})
 
-    @_kept
-    def _per_link(self) -> dict[str, float]:
-        return _busy(self.comms)
-
-    @_kept
-    def _per_link_sync(self) -> dict[str, float]:
-        return _busy(self.step_comms)
+    def _on_links(self, row: Any, used: set[str]) -> dict[str, float]:
+        links = Dense.of([self.parts]).axes.links
+        return {link: float(row[0, i]) for i, link in enumerate(links) if link in used}
 
     @_kept
     def bound_s(self) -> float:
         """The least time one micro-batch can take here: its kernels or one link's traffic,
         whichever is longer — every collective hidden behind the kernels (no schedule does
         better; links work at once)."""
-        return max([self.compute_time_s, *self.link_times().values()])
+        return float(self._times.bound[0])
 
     @property
     def link_bound(self) -> bool:
         """A link, not the kernels, sets :attr:`bound_s`."""
         return self.bound_s > self.compute_time_s
-
-    def _by_pass(self) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str], dict[str, float]]]:
-        """Kernel time per (pass, layer kind), and collective time per (pass, layer kind) per link."""
-        compute = _kernels_by_pass(self.ops, self.passes)
-        comm: dict[tuple[str, str], dict[str, float]] = {}
-        for c in self.comms:
-            links = comm.setdefault((c.pass_name, c.layer_kind), {})
-            links[c.link.kind] = links.get(c.link.kind, 0.0) + c.count * c.time_s
-        return compute, comm
 
     @_kept
     def time_s(self) -> float:
@@ -165,45 +154,21 @@ class StageResult:
         longest of the kernels and each link's collectives (a forward's collectives hide behind the forward's
         kernels, a backward's behind the backward's; two links carry their traffic at once); a
         collective only attention can hide (the K/V ring) adds what outlasts the attention kernels."""
-        if not self.overlap:
-            return self.compute_time_s + self.comm_time_s
-        compute, comm = self._by_pass()
-        exposed = exposed_beyond(self.comms, self.ops, self.passes or ("",) * len(self.ops))
-        return sum(
-            max([compute.get(k, 0.0) + exposed.get(k, 0.0), *comm.get(k, {}).values()])
-            for k in sorted(compute.keys() | comm.keys())  # one order: the same sum in every process
-        )
+        return float(self._times.estimate[0])
 
     @property
     def sync_time_s(self) -> float:
         """The once-a-step collectives, in full."""
         return sum(c.count * c.time_s for c in self.step_comms)
 
-    @property
+    @_kept
     def sync_exposed_s(self) -> float:
         """What the step waits for them: all of it, or, overlapped, what outlasts the time their
         link idles during the pass that can hide them: the gradients' sync (sent in buckets as
         the backward pass produces them) the last micro-batch's backward; the updated weights'
         all-gather, which waits for the optimizer, the next step's first forward (Megatron-LM's
         overlapped parameter gather)."""
-        if not self.overlap or not self.step_comms:
-            return self.sync_time_s
-        compute, comm = self._by_pass()
-        exposed = 0.0
-        for kind, hidden_by in SYNC_HIDDEN_BY.items():
-            for link in sorted({c.link.kind for c in self.step_comms if c.layer_kind == kind}):
-                sync = sum(
-                    c.count * c.time_s
-                    for c in self.step_comms
-                    if c.layer_kind == kind and c.link.kind == link
-                )
-                idle = sum(
-                    max(0.0, t - comm.get((p, k), {}).get(link, 0.0))
-                    for (p, k), t in compute.items()
-                    if p == hidden_by
-                )
-                exposed += max(0.0, sync - idle)
-        return exposed
+        return float(self._times.sync_exposed[0])
 
     def _compute(self, kind: str) -> float:
         return sum(o.count * o.time_s for o in self.ops if o.layer_kind == kind)
@@ -282,12 +247,8 @@ class Spread:
     @property
     def _busiest_link_s(self) -> float:
         """The most any one device's link is busy over the step."""
-        m, busiest = self.plan.microbatches, 0.0
-        for s in self.stages:
-            micro, sync = s.link_times(), s.sync_link_times()
-            for link in sorted(micro.keys() | sync.keys()):
-                busiest = max(busiest, m * micro.get(link, 0.0) + sync.get(link, 0.0))
-        return busiest
+        m = self.plan.microbatches
+        return max(float(link_traffic(m, s._times.busy, s._times.sync)[0]) for s in self.stages)
 
     @property
     def link_bound(self) -> bool:
@@ -352,25 +313,24 @@ class Spread:
         }
 
 
-_BY_PASS: dict[int, tuple[Any, dict[tuple[str, str], float]]] = {}
-"""Kernel time per (pass, layer kind) of a placed stage's operators, by the identity of their
-tuple: the tuples come from :func:`attnroof.model.train_spread.placed_stage`'s cache, so every
-plan that runs the same stage hands over the same tuple (kept here beside its sums, so that its
-identity cannot be reused)."""
+_KERNEL_PARTS: dict[int, tuple[Any, Parts]] = {}
+"""The kernels' parts of a placed stage's operators, by the identity of their tuple: the tuples
+come from :func:`attnroof.model.train_spread.placed_stage`'s cache, so every plan that runs the
+same stage hands over the same tuple (kept here beside its parts, so that its identity cannot
+be reused)."""
 
 
-def _kernels_by_pass(ops: tuple[OpResult, ...], passes: tuple[str, ...]) -> dict[tuple[str, str], float]:
+def kernel_parts_of(ops: tuple[OpResult, ...], passes: tuple[str, ...]) -> Parts:
+    """:func:`attnroof.model.busy.kernel_parts`, kept per tuple of placed operators."""
     key = id(ops)
-    hit = _BY_PASS.get(key)
+    hit = _KERNEL_PARTS.get(key)
     if hit is not None and hit[0][0] is ops and hit[0][1] == passes:
         return hit[1]
-    compute: dict[tuple[str, str], float] = {}
-    for o, p in zip(ops, passes or ("",) * len(ops), strict=True):
-        compute[p, o.layer_kind] = compute.get((p, o.layer_kind), 0.0) + o.count * o.time_s
-    if len(_BY_PASS) > 65536:
-        _BY_PASS.clear()
-    _BY_PASS[key] = ((ops, passes), compute)
-    return compute
+    parts = kernel_parts(ops, passes)
+    if len(_KERNEL_PARTS) > 65536:
+        _KERNEL_PARTS.clear()
+    _KERNEL_PARTS[key] = ((ops, passes), parts)
+    return parts
 
 
 def _sent(comms: tuple[CommOp, ...]) -> float:

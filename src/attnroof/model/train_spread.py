@@ -65,11 +65,15 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from attnroof.devices.links import Links
-from attnroof.model.analysis import OpResult, place_op
+from attnroof.model.analysis import OpResult, kernel_time, place_op
+from attnroof.model.busy import Parts, kernel_parts
 from attnroof.model.comms import (
     GRADIENT_SYNC,
     WEIGHT_GATHER,
@@ -230,6 +234,34 @@ def tied_embedding_sync(
     return [CommOp(coll.all_reduce(grads, 2, name="tied embedding all-reduce"), 1, link, GRADIENT_SYNC, STEP)]
 
 
+def micro_comms(
+    model: ModelConfig, plan: Plan, shard: Shard, tokens: Any, itemsize: float, links: Links, *, first: bool,
+    last: bool, recompute: str, sends: int,
+) -> list[CommOp]:  # fmt: skip
+    """A device's collectives of one micro-batch, but the data-parallel sync's: tensor
+    parallelism's, the experts' exchange and the K/V ring by pass, and the pipeline's ``sends``
+    each way (but from the model's last chunk forward and its first backward)."""
+    comms = tp_comms(model, plan, shard, tokens, itemsize, links, last=last, recompute=recompute)
+    for pass_name in layer_passes(recompute):
+        comms += expert_exchange(model, plan, shard, tokens, itemsize, links, pass_name)
+        comms += context_ring(model, plan, shard, tokens, itemsize, links, pass_name)
+    for name, pass_name, n in (
+        ("activations send", FORWARD, sends - last),
+        ("gradients send", BACKWARD, sends - first),
+    ):
+        if plan.pp > 1 and n:
+            comms.append(stage_send(model, plan, tokens, itemsize, links, name, pass_name, n))
+    return comms
+
+
+def sync_comms(
+    model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links, *, last: bool
+) -> tuple[list[CommOp], list[CommOp]]:
+    """The data-parallel sync (:func:`dp_comms`) and, once a step, a tied embedding's."""
+    micro, step = dp_comms(model, plan, shard, prec, links)
+    return micro, step + tied_embedding_sync(model, plan, shard, prec, links, last=last)
+
+
 def train_spread(
     model: ModelConfig,
     batch: int,
@@ -253,7 +285,7 @@ def train_spread(
     >>> s.totals()["comm_bytes_per_device"] == 2 * 7 / 8 * params(builtin("llama-3.1-8b")) * 2
     True
     """
-    layout = _layout(model, batch, context, plan, prec, fused)
+    layout = train_layout(model, batch, context, plan, prec, fused)
     p, micro, here, sched = layout.prec, layout.micro, layout.here, layout.sched
     out = []
     for i, shard in enumerate(layout.shards):
@@ -261,20 +293,9 @@ def train_spread(
         placed, passes, weight_grad_s = placed_stage(
             model, micro, here, p, fused, recompute, shard, roof, weight_grads=plan.schedule == ZB_H1
         )
-        tokens = micro * here
-        comms = tp_comms(model, plan, shard, tokens, p.itemsize, links, last=last, recompute=recompute)
-        for pass_name in layer_passes(recompute):
-            comms += expert_exchange(model, plan, shard, tokens, p.itemsize, links, pass_name)
-            comms += context_ring(model, plan, shard, tokens, p.itemsize, links, pass_name)
-        sends = sched.sends(plan.virtual_stages)  # each way, but from the model's last (first) chunk
-        for name, pass_name, n in (
-            ("activations send", FORWARD, sends - last),
-            ("gradients send", BACKWARD, sends - (i == 0)),
-        ):
-            if plan.pp > 1 and n:
-                comms.append(stage_send(model, plan, tokens, p.itemsize, links, name, pass_name, n))
-        micro_sync, step_sync = dp_comms(model, plan, shard, p, links)
-        step_sync += tied_embedding_sync(model, plan, shard, p, links, last=last)
+        comms = micro_comms(model, plan, shard, micro * here, p.itemsize, links, first=i == 0, last=last,
+                            recompute=recompute, sends=sched.sends(plan.virtual_stages))  # fmt: skip
+        micro_sync, step_sync = sync_comms(model, plan, shard, p, links, last=last)
         mem = _stage_memory(model, layout, i, capacity_bytes, fused, recompute)
         comms += micro_sync
         stage = StageResult(
@@ -287,7 +308,7 @@ def train_spread(
 
 
 @dataclass(frozen=True, slots=True)
-class _Layout:
+class TrainLayout:
     """What every stage of a training plan shares: its checked precision, a micro-batch's
     sequences and each device's tokens of a sequence, the schedule, ZeRO's cut, and each
     device's shard (its layer chunks)."""
@@ -301,9 +322,9 @@ class _Layout:
     shards: tuple[Shard, ...]
 
 
-def _layout(
+def train_layout(
     model: ModelConfig, batch: int, context: int, plan: Plan, prec: TrainPrecision | None, fused: bool
-) -> _Layout:
+) -> TrainLayout:
     """The plan checked (one line naming the flag for what cannot run) and laid out."""
     if plan.zero not in ZERO_STAGES:
         raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
@@ -316,11 +337,11 @@ def _layout(
     zero = Zero(plan.zero, plan.replicas, plan.ep, plan.edp)  # the optimizer sharded over dp · cp
     devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
     shards = tuple(plan.shard(first, stop, tuple(more)) for (first, stop), *more in devices)
-    return _Layout(plan, prec or TrainPrecision(), micro, here, schedule(plan.schedule), zero, shards)
+    return TrainLayout(plan, prec or TrainPrecision(), micro, here, schedule(plan.schedule), zero, shards)
 
 
 def _stage_memory(
-    model: ModelConfig, layout: _Layout, i: int, capacity_bytes: float | None, fused: bool, recompute: str
+    model: ModelConfig, layout: TrainLayout, i: int, capacity_bytes: float | None, fused: bool, recompute: str
 ) -> TrainMemory:
     """What device ``i`` of the pipeline holds: its shard's states (ZeRO's cut) and the
     activations of the micro-batches its schedule keeps in flight."""
@@ -364,7 +385,7 @@ def train_plan_memory(
     before it costs it (:mod:`attnroof.model.search`). The first stage is looked at first (it
     keeps the most micro-batches in flight), then the last (the LM head); the first device over
     ``stop_above`` ends the look, its bytes returned: the plan's are at least that."""
-    layout = _layout(model, batch, context, plan, prec, fused)
+    layout = train_layout(model, batch, context, plan, prec, fused)
     n = len(layout.shards)
     busiest = 0.0
     for i in (0, *range(n - 1, 0, -1)):
@@ -400,14 +421,45 @@ def _placed_stage(
     return placed, tuple(name for name, _ in ops), weight_grad_time(ops, roof) if weight_grads else 0.0
 
 
-def weight_grad_time(ops: list[tuple[str, Op]], roof: Roof) -> float:
+def weight_grad_time(ops: list[tuple[str, Op]], roof: Roof) -> Any:
     """The kernel time of a micro-batch's weight gradients: each backward row's W part, as its
-    operator's entry draws it (``weight_gradient``: a GEMM's dW, half its backward), on the roof."""
+    operator's entry draws it (``weight_gradient``: a GEMM's dW, half its backward), on the roof
+    (an array for operators costed on arrays of micro-batches)."""
     return sum(
-        o.count * place_op(replace(o, cost=operator(o.operator).weight_part(o.cost)), roof).time_s
+        o.count * kernel_time(replace(o, cost=operator(o.operator).weight_part(o.cost)), roof)
         for name, o in ops
         if name == BACKWARD
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """An operator's figures :func:`attnroof.model.busy.kernel_parts` reads, its time an array."""
+
+    count: int
+    time_s: Any
+    attention: bool
+    layer_kind: str
+
+
+def stage_kernels(
+    model: ModelConfig, micros: Sequence[int], context: int, prec: TrainPrecision, fused: bool, recompute: str,
+    shard: Shard, roof: Roof,
+) -> tuple[Parts, np.ndarray]:  # fmt: skip
+    """:func:`placed_stage`'s kernels at many micro-batch sizes at once — the stage's operators
+    costed on an array of micro-batches, as :mod:`attnroof.model.grid` costs a step on a grid —
+    as their parts (:func:`attnroof.model.busy.kernel_parts`, each sum an array over the sizes)
+    and their weight gradients' time (an array)."""
+    batch = np.asarray(micros)
+    ops = train_ops(
+        model, batch, context, prec, fused=fused, recompute=recompute, shard=standing_for(model, shard)
+    )
+    timed = [
+        _Timed(o.count, np.broadcast_to(kernel_time(o, roof), batch.shape), o.attention, o.layer_kind)
+        for _, o in ops
+    ]
+    w = np.broadcast_to(weight_grad_time(ops, roof), batch.shape)
+    return kernel_parts(timed, [name for name, _ in ops]), w
 
 
 def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def _shard_params(model: ModelConfig, shard: Shard | None) -> tuple[int, int]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _activations(
+def kept_activations(
     model: ModelConfig, batch: int, context: int, itemsize: float, fused: bool, recompute: str,
     shard: Shard | None,
 ) -> dict[str, Num]:  # fmt: skip
@@ -237,6 +237,28 @@ def expert_params(model: ModelConfig, shard: Shard | None = None) -> int:
     return sum(i.count * i.params for i in layer_table(model, shard) if rule(i).routed)
 
 
+def state_bytes(
+    model: ModelConfig, prec: TrainPrecision, shard: Shard | None, zero: Zero | None
+) -> tuple[float, float, float]:
+    """The weights', gradients' and optimizer's bytes one device keeps: its shard's parameters,
+    each cut by ZeRO from its stage on (:class:`Zero`)."""
+    z = zero or Zero()
+    dense, experts = _shard_params(model, shard)
+    return (
+        z.per_device(dense, experts, 3) * prec.weight_itemsize,
+        z.per_device(dense, experts, 2) * prec.grad_itemsize,
+        z.per_device(dense, experts, 1) * prec.optimizer_bytes_per_param,
+    )
+
+
+def held_activations(a: dict[str, Num], in_flight: Num) -> Num:
+    """The activations a device holds (``a``: :func:`activation_bytes` of one micro-batch):
+    every micro-batch in flight keeps its layers' own; the head's are one micro-batch's, and
+    one layer at a time is recomputed (``working``)."""
+    layers = a["total"] - a["working"] - a["head"]
+    return in_flight * layers + a["head"] + a["working"]
+
+
 def train_memory(
     model: ModelConfig,
     batch: int,
@@ -262,21 +284,15 @@ def train_memory(
     >>> m.optimizer_bytes == 12 * params(builtin("llama-3.1-8b")), m.fits
     (True, False)
     """
-    z = zero or Zero()
-    dense, experts = _shard_params(model, shard)
-    weights = z.per_device(dense, experts, 3) * prec.weight_itemsize
-    grads = z.per_device(dense, experts, 2) * prec.grad_itemsize
-    optimizer = z.per_device(dense, experts, 1) * prec.optimizer_bytes_per_param
+    weights, grads, optimizer = state_bytes(model, prec, shard, zero)
     states = weights + grads + optimizer
 
     def act(b: int, c: int) -> dict[str, Num]:
-        """Every micro-batch in flight keeps its own; one layer at a time is recomputed."""
         if isinstance(b, int) and isinstance(c, int):
-            a = _activations(model, b, c, prec.itemsize, fused, recompute, shard)
+            a = kept_activations(model, b, c, prec.itemsize, fused, recompute, shard)
         else:  # arrays (a grid): nothing to keep
             a = activation_bytes(model, b, c, prec.itemsize, fused=fused, recompute=recompute, shard=shard)
-        layers = a["total"] - a["working"] - a["head"]
-        return {**a, "total": in_flight * layers + a["head"] + a["working"]}
+        return {**a, "total": held_activations(a, in_flight)}
 
     a = act(batch, context)
     if capacity_bytes is None:
