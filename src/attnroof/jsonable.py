@@ -9,6 +9,11 @@ from typing import Any
 def to_jsonable(x: Any) -> Any:
     """Dicts, lists and numbers JSON can hold: numpy scalars become Python numbers, and
     non-finite floats (an unbounded limit, a failed run's time) become null."""
+    kind = type(x)
+    if kind is float:
+        return x if math.isfinite(x) else None
+    if kind is int or kind is str or kind is bool or x is None:
+        return x
     if isinstance(x, dict):
         return {str(k): to_jsonable(v) for k, v in x.items()}
     if isinstance(x, list | tuple):

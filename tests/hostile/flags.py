@@ -85,7 +85,7 @@ CASES = [
 PLAN = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--context", "8k", "--batch", "8")
 CASES += [
     Case("plan --devices beyond any cluster", argv=(*PLAN, "--devices", "1000000000"), error=("--devices",)),
-    # a training search of 4M tokens on up to 65,536 devices: more than 100,000 plans, refused at
+    # a training search of 4M tokens on up to 65,536 devices: more than 500,000 plans, refused at
     # once (counted before any is costed), not left to run for minutes
     Case(
         "plan with too many plans",
@@ -104,7 +104,7 @@ CASES += [
             "--devices",
             "65536",
         ),
-        error=("--where", "100,000"),
+        error=("--where", "500,000"),
     ),
     Case("plan --where garbage", argv=(*PLAN, "--devices", "8", "--where", "tp<<8"), error=("--where",)),
 ]

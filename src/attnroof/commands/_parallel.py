@@ -294,8 +294,17 @@ def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
         return spread(job.model, a.phase, a.batch, a.context, job.roof, links, o.plan, job.prec,
                       fused=job.fused, **job.options)  # fmt: skip
 
+    judge = None
+    if train:  # training plans judged on arrays (model/plan_table.py)
+        from attnroof.model.plan_table import PlanTable
+
+        table = PlanTable(job.model, a.batch, a.context, job.roof, links, _train_prec(job), fused=job.fused)
+
+        def judge(options: list[Option]) -> list[tuple[Any, ...]]:
+            return table.judge(options, job.device.capacity_bytes)
+
     found = fit(job.model, a.phase, a.batch, cost, lambda s: totals_of(job, s), job.device.capacity_bytes,
-                choices, context=a.context)  # fmt: skip
+                choices, context=a.context, judge=judge)  # fmt: skip
     best = run(found.best.option.plan)  # again with the capacity: its largest batch and context
     if job.args.json:
         emit_json({**head_of(job), "fit": found.to_json(), **spread_json(job, best, links)})

@@ -22,6 +22,10 @@ classes are rows gathered from those tables, and every formula of :mod:`attnroof
 each stage's bound and estimate, the schedule's pipeline, each link's traffic — runs over every
 row of every plan at once. The figures are :func:`train_spread`'s, plan by plan, but for the last
 bits of sums taken in another order (a test holds every plan of several searches to 1e-12).
+
+Length: the device classes, the four tables (kernels, collectives, sync, memory) with the keys
+that let plans share their rows, and the gathering of a plan's rows into the formulas: split,
+each would need the others' keys.
 """
 
 from __future__ import annotations

@@ -28,8 +28,9 @@ collective hidden behind kernels, the schedule's fill and drain); its estimate w
 collectives hidden only behind their own pass (``--overlap``) is kept beside — and reduced to
 its **Pareto front** over step time, memory per device and devices used: a plan stays unless
 another is no slower, needs no more memory and no more devices, and is better in one of the
-three. A search of many plans is judged over the machine's cores in forked processes (the
-answer is the same bit for bit).
+three. Training plans are judged on arrays, many at once, from the parts they share
+(:mod:`attnroof.model.plan_table`); prefill and decode plans one by one. A search of many plans
+is judged over the machine's cores in forked processes (the answer is the same bit for bit).
 
 Length: the candidates, the filters, the costing and the front, and ``--fit`` (the same search
 on one device count at a time), in one place, so that every dimension a plan has is enumerated
@@ -64,9 +65,12 @@ from attnroof.operators import ATTENTION, rule
 RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
 MAX_PLANS = 500_000
-"""The most plans one search tries: plans are costed one by one, some 7,000 to 10,000 a second
-on each core, so more than this (a quarter of a minute on one core) is refused in one line —
-narrow the search with ``--where`` — rather than left running."""
+"""The most plans one search tries when they are judged on arrays (training,
+:mod:`attnroof.model.plan_table`: some 30,000 a second on this project's two-core machine, so
+about a quarter of a minute); more is refused in one line — narrow the search with ``--where`` —
+rather than left running."""
+MAX_PLANS_ONE_BY_ONE = 100_000
+"""The same for plans costed one by one (prefill and decode: some 5,000 to 10,000 a second a core)."""
 MAX_DEVICES = 1 << 20
 """The most devices a search takes: the largest clusters announced hold some 10⁵ GPUs."""
 
@@ -437,14 +441,15 @@ def search(
         )
     out = Search()
     chosen = []
+    most = MAX_PLANS if judge is not None else MAX_PLANS_ONE_BY_ONE
     for o in options(model, phase, batch, devices, out.rejected, choices, context=context, exact=exact):
         if not all(w(o) for w in where):
             out.rejected[FILTERED] += 1
             continue
         chosen.append(o)
-        if len(chosen) > MAX_PLANS:
+        if len(chosen) > most:
             raise InputError(
-                f"more than {MAX_PLANS:,} plans to try: narrow them with --where (e.g. tp<=8, cp=1)",
+                f"more than {most:,} plans to try: narrow them with --where (e.g. tp<=8, cp=1)",
                 param="--where",
             )
     out.tried = len(chosen)
@@ -551,25 +556,43 @@ def search_workers() -> int:
 
 def _judged(job: _Job, chosen: Sequence[Option]) -> list[tuple[Any, ...]]:
     """Every plan's verdict, in order: here, or over the cores in forked processes when there
-    are many (contiguous blocks, so that each process meets the same shards again)."""
+    are many (:func:`_shares`)."""
     workers = search_workers()
     if len(chosen) < PARALLEL_FROM or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return _judge_all(job, chosen)
     global _JOB
     _JOB = job
-    size = -(-len(chosen) // (4 * workers))
-    blocks = [chosen[i : i + size] for i in range(0, len(chosen), size)]
+    shares = _shares(job, chosen, workers)
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            done = list(pool.map(_judge_block, blocks))
+            done = list(pool.map(_judge_block, [[chosen[i] for i in share] for share in shares]))
     finally:
         _JOB = None
-    out: list[tuple[Any, ...]] = []
-    for verdicts in done:
+    out: list[tuple[Any, ...]] = [()] * len(chosen)
+    for share, verdicts in zip(shares, done, strict=True):
         if verdicts and verdicts[0][0] == "error":
             raise InputError(verdicts[0][1], param=verdicts[0][2])
-        out += verdicts
+        for i, v in zip(share, verdicts, strict=True):
+            out[i] = v
     return out
+
+
+def _shares(job: _Job, chosen: Sequence[Option], workers: int) -> list[list[int]]:
+    """The options each process judges, by index: contiguous blocks, so that a process meets
+    the same shards again; or, judged on arrays, one share a process, holding together the plans
+    of one TP and CP degree (they share their shards, kernels, collectives and layouts, which a
+    process builds once), the largest groups first to the least loaded share."""
+    n = len(chosen)
+    if job.judge is None:
+        size = -(-n // (4 * workers))
+        return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, o in enumerate(chosen):
+        groups.setdefault((o.plan.tp, o.plan.cp), []).append(i)
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    for group in sorted(groups.values(), key=len, reverse=True):
+        min(shares, key=len).extend(group)
+    return [sorted(share) for share in shares if share]
 
 
 MAX_FIT_DEVICES = 4096
@@ -608,6 +631,7 @@ def fit(
     *,
     context: int = 1,
     memory: Callable[[Option], float] | None = None,
+    judge: Callable[[Sequence[Option]], list[tuple[Any, ...]]] | None = None,
 ) -> Fit:
     """The search (:func:`search`) on exactly 1, 2, 4, … devices until a plan fits; the fastest
     of those plans answers. :class:`InputError` when none up to ``max_devices`` does."""
@@ -626,6 +650,7 @@ def fit(
             context=context,
             exact=True,
             memory=memory,
+            judge=judge,
         )
         if found.front:
             return Fit(n, found.front[0], searches)
