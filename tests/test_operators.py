@@ -38,6 +38,7 @@ def test_every_formula_is_registered_once():
         "selective scan",
         "selective scan step",
         "chunked attention",
+        "chunked attention chunk",
         "sparse attention",
     }
     collectives = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all", "send/recv"}
@@ -54,8 +55,15 @@ def test_kinds_group_operators_for_calibration_and_reports():
     assert {kinds[n] for n in ("softmax", "norm", "add", "activation", "copy", "embedding")} == {"memory"}
 
 
-NO_BACKWARD = {"linear attention step", "ssd step", "selective scan step", "sparse attention"}
-"""The recurrent decode steps run only at decode (a training step runs the chunked forms), and
+NO_BACKWARD = {
+    "linear attention step",
+    "ssd step",
+    "selective scan step",
+    "sparse attention",
+    "chunked attention chunk",
+}
+"""The recurrent decode steps run only at decode (a training step runs the chunked forms), a
+chunk of new queries against a cache under chunked local attention only in serving, and
 DeepSeek's sparse attention is not trained here (its indexer's KL warm-up is not modelled): a
 training step on it is refused for want of a ``saved`` rule."""
 

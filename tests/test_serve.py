@@ -59,6 +59,28 @@ def test_chunk_scores_count_pairs(s_q: int, s_kv: int, window: int | None):
     assert chunk_scores(s_q, s_kv, window) == _brute_scores(s_q, s_kv, window)
 
 
+def _brute_local(s_q: int, s_kv: int, c: int) -> int:
+    """Chunked local attention, pair by pair: query i (of the last s_q) and cached key j in the
+    same attention chunk of c (i // c == j // c); the new tokens among themselves, per attention
+    chunk, in prefill's convention (⌈n²/2⌉ for the n new tokens of each)."""
+    past = s_kv - s_q
+    rect = sum(1 for i in range(past, s_kv) for j in range(past) if i // c == j // c)
+    per_chunk: dict[int, int] = {}
+    for i in range(past, s_kv):
+        per_chunk[i // c] = per_chunk.get(i // c, 0) + 1
+    return rect + sum(-(-(n * n) // 2) for n in per_chunk.values())
+
+
+@pytest.mark.parametrize(("s_q", "s_kv", "c"), [(1, 40, 16), (1, 33, 16), (7, 40, 16), (20, 40, 16), (40, 40, 16),
+                                                 (16, 48, 16), (17, 48, 16), (33, 40, 8), (3, 5, 16)])  # fmt: skip
+def test_chunked_local_attention_chunk_counts_pairs(s_q: int, s_kv: int, c: int):
+    from attnroof.ops.chunked import chunk_of_queries_keys, chunk_of_queries_scores
+
+    assert chunk_of_queries_scores(s_q, s_kv, c) == _brute_local(s_q, s_kv, c)
+    first_seen = min(j for j in range(s_kv) if j // c == (s_kv - s_q) // c)  # the first query's first key
+    assert chunk_of_queries_keys(s_q, s_kv, c) == s_kv - first_seen
+
+
 def test_chunk_ends_are_prefill_and_decode():
     assert chunk(4096, 4096, 128, group=4) == attention(4096, 128, causal=True, fused=True, group=4)
     assert chunk(1, 4096, 128, fused=False, group=4) == decode(4096, 128, group=4)
@@ -446,15 +468,30 @@ def test_hybrid_models_serve_with_their_state():
 
 
 def test_attention_without_a_chunk_rule_runs_prompts_whole():
-    """Llama 4's chunked local attention has no rule for a chunk against a cache: the engine
-    runs every prompt whole (vLLM without chunked prefill), and a prompt longer than a step's
-    token budget is refused in one line."""
-    flags = ("serve-sim", "--model", "llama-4-scout", "--device", "h200", "--tp", "4")
-    d = _json(*flags[1:], "--rate", "4", "--input-len", "3000", "--output-len", "32", "--num-requests", "40",
+    """DeepSeek's sparse attention has no rule for a chunk against a cache: the engine runs every
+    prompt whole (vLLM without chunked prefill), and a prompt longer than a step's token budget
+    is refused in one line."""
+    flags = ("serve-sim", "--model", "deepseek-v3.2-exp", "--device", "h200", "--tp", "8", "--pp", "2")
+    d = _json(*flags[1:], "--rate", "4", "--input-len", "3000", "--output-len", "8", "--num-requests", "10",
               "--max-num-batched-tokens", "4096")  # fmt: skip
-    assert d["summary"]["requests"] == 40
-    r = run_cli(*flags, "--input-len", "9000")
+    assert d["summary"]["requests"] == 10
+    r = run_cli(*flags, "--input-len", "9000", "--num-requests", "2")
     assert r.returncode == 2 and "chunked prefill" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_chunked_local_attention_prefills_in_chunks():
+    """Llama 4 Scout's chunked local layers have a chunk rule: a 20,000-token prompt runs in five
+    chunks of the step's 4,096-token budget (the local layers by the local-chunk formula, the
+    global ones by attention's), not whole; its TTFT, the five steps' sum, is a little longer
+    than one whole prefill's (each step reads the weights and the cached K/V again)."""
+    flags = ("--model", "llama-4-scout", "--device", "h200", "--tp", "4", "--output-len", "4", "--num-requests",
+             "1", "--rate", "1")  # fmt: skip
+    chunked = _json(*flags, "--input-len", "20000", "--max-num-batched-tokens", "4096")
+    whole = _json(*flags, "--input-len", "20000", "--max-num-batched-tokens", "20000")
+    t_chunked = chunked["summary"]["latency_s"]["ttft"]["mean"]
+    t_whole = whole["summary"]["latency_s"]["ttft"]["mean"]
+    assert t_whole < t_chunked < 2 * t_whole
+    assert chunked["summary"]["requests"] == whole["summary"]["requests"] == 1
 
 
 def test_chart_never_overwrites_measurements(tmp_path):

@@ -41,7 +41,7 @@ formulas return a :class:`~attnroof.ops.collectives.Comm` for the link roof, and
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
     >>> sorted(o for o in OPERATORS if OPERATORS[o].kind != COLLECTIVE)
-    ['activation', 'add', 'attention', 'chunk', 'chunked attention', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'linear attention', 'linear attention step', 'norm', 'selective scan', 'selective scan step', 'softmax', 'sparse attention', 'ssd', 'ssd step']
+    ['activation', 'add', 'attention', 'chunk', 'chunked attention', 'chunked attention chunk', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'linear attention', 'linear attention step', 'norm', 'selective scan', 'selective scan step', 'softmax', 'sparse attention', 'ssd', 'ssd step']
     >>> [o for o in OPERATORS if OPERATORS[o].kind == COLLECTIVE]
     ['all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'send/recv']
 
@@ -735,8 +735,8 @@ def _bind_chunked(i: OpInstance, st: Step) -> Call:
     (the ``decode`` formulas over :func:`~attnroof.ops.chunked.chunk_position` keys)."""
     kw = _attention_kwargs(i, st)
     d, c = i.shape["head_dim"], i.shape["attention_chunk"]
-    if st.phase == CHUNK:
-        raise _no_chunk("chunked local attention")
+    if st.phase == CHUNK:  # the last ``queries`` of each sequence, against the cache before them
+        return Call((st.queries, st.context, d), {**kw, "chunk": c}, via="chunked attention chunk")
     if st.phase == PREFILL:
         return Call((st.context, d), {**kw, "chunk": c})
     return Call((chunked.chunk_position(st.context, c), d), kw, via="decode")
@@ -758,6 +758,8 @@ register(
     bind=_bind_chunked, cuts={HEADS: _cut_attention}, saved=_saved_chunked, selective=_selective_attention,
     heads=_attention_heads, measured_as="attention", weight_gradient=no_weights,
 )  # fmt: skip
+
+register("chunked attention chunk", chunked.chunk_of_queries, kind=ATTENTION, measured_as="attention")
 
 SPARSE_KEYS = (*LATENT_WIDTHS, "index_heads", "index_head_dim", "top_k")
 

@@ -21,11 +21,21 @@ until s = C, then levels off at C(4d + 5)/(16d) FLOP/byte for bf16 (2068 at C = 
 far above any device's ridge; unfused, the score blocks keep its limit at (4d + 5)/8, as full
 attention's. Decode attends over the current chunk only: ((s − 1) mod C) + 1 keys, never more
 than C (:func:`chunk_position`), so the cache a chunked layer needs is bounded by C.
+
+A serving engine's chunk — the last q of s tokens new, the first p = s − q cached
+(:func:`chunk_of_queries`) — sees, from its first query, the cached keys of that query's own
+attention chunk, from c₀ = C⌊p/C⌋: the q₁ = min(s, c₀ + C) − p queries in that chunk see the
+p − c₀ cached keys and their own triangle, and the rest of the new tokens, from c₀ + C, are a
+prefill of whole attention chunks::
+
+    scores = q₁·(p − c₀) + ½q₁² + chunk_scores(s − c₀ − C)      keys read: s − c₀
+
+At p = 0 it is prefill's count; at q = 1, decode's ((s − 1) mod C) + 1.
 """
 
 from __future__ import annotations
 
-from attnroof import validate
+from attnroof import arrays, validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.attention import FUSED, PV, QK, SOFTMAX, causal_half
@@ -54,6 +64,91 @@ def chunk_position(s: Num, chunk: Num) -> Num:
     (8192, 1, 100)
     """
     return (s - 1) % chunk + 1
+
+
+def chunk_of_queries_scores(s_q: Num, s_kv: Num, chunk: Num) -> Num:
+    """Scores one query head computes when the last ``s_q`` of ``s_kv`` tokens are new (the
+    module's table).
+
+    >>> chunk_of_queries_scores(8192, 8192, 8192) == chunk_scores(8192, 8192)    # nothing cached
+    True
+    >>> chunk_of_queries_scores(1, 20000, 8192) == chunk_position(20000, 8192)    # one token
+    True
+    >>> chunk_of_queries_scores(2048, 9216, 8192)    # 1024·7168 + ½·1024², then 1024 of a new chunk
+    8388608
+    """
+    past = s_kv - s_q
+    start = past // chunk * chunk  # the first key the first new query sees
+    first = arrays.minimum(s_kv, start + chunk) - past
+    rest = arrays.maximum(s_kv - start - chunk, 0)
+    return first * (past - start) + causal_half(first * first) + chunk_scores(rest, chunk)
+
+
+def chunk_of_queries_keys(s_q: Num, s_kv: Num, chunk: Num) -> Num:
+    """Keys (and values) such a chunk reads: from the start of its first query's attention chunk.
+
+    >>> chunk_of_queries_keys(2048, 9216, 8192), chunk_of_queries_keys(1, 20000, 8192)
+    (9216, 3616)
+    """
+    return s_kv - (s_kv - s_q) // chunk * chunk
+
+
+def chunk_of_queries(
+    s_q: Num,
+    s_kv: Num,
+    d: Num,
+    *,
+    chunk: Num,
+    fused: bool = True,
+    group: Num = 1,
+    itemsize: Num = BF16_BYTES,
+    kv_itemsize: Num | None = None,
+    softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
+    batch: Num = 1,
+    kv_heads: Num = 1,
+    d_v: Num | None = None,
+) -> Cost:
+    """``s_q`` new queries at the end of ``s_kv`` tokens under chunked local attention (a
+    serving engine's chunked prefill): scores by :func:`chunk_of_queries_scores`, Q and O of the
+    new queries, K and V of :func:`chunk_of_queries_keys`; the stage table is
+    :func:`chunked_attention`'s. Its two ends are prefill and decode:
+
+    >>> chunk_of_queries(20000, 20000, 128, chunk=8192) == chunked_attention(20000, 128, chunk=8192)
+    True
+    """
+    _check(s_kv, d, chunk, group, batch, kv_heads, itemsize)
+    validate.size("s_q", s_q)
+    validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
+    scores = group * chunk_of_queries_scores(s_q, s_kv, chunk)
+    keys = chunk_of_queries_keys(s_q, s_kv, chunk)
+    return _cost(
+        scores, s_q, keys, d, d_v, group, itemsize, kv_itemsize, softmax_flops_per_element, fused
+    ) * (batch * kv_heads)
+
+
+def _cost(
+    scores: Num, queries: Num, keys: Num, d: Num, d_v: Num | None, group: Num, itemsize: Num,
+    kv_itemsize: Num | None, softmax_flops_per_element: Num, fused: bool,
+) -> Cost:  # fmt: skip
+    """One KV head's stage table: ``scores`` over ``group`` query heads of ``queries`` tokens,
+    K and V of ``keys`` (the module's table)."""
+    kv = itemsize if kv_itemsize is None else kv_itemsize
+    dv = d if d_v is None else d_v
+    qk, pv = scores * FLOPS_PER_MAC * d, scores * FLOPS_PER_MAC * dv
+    sm = scores * softmax_flops_per_element
+    q, o = Access("Q", group * queries * d * itemsize), Access("O", group * queries * dv * itemsize)
+    k, v = Access("K", keys * d * kv), Access("V", keys * dv * kv)
+    if fused:
+        return Cost((Stage(FUSED, qk + sm + pv, (q, k, v), (o,)),))
+    sb = Access("S", scores * itemsize)
+    pb = Access("P", scores * itemsize)
+    return Cost(
+        (
+            Stage(QK, qk, (q, k), (sb,)),
+            Stage(SOFTMAX, sm, (sb,), (pb,)),
+            Stage(PV, pv, (pb, v), (o,)),
+        )
+    )
 
 
 def _check(s: Num, d: Num, chunk: Num, group: Num, batch: Num, kv_heads: Num, itemsize: Num) -> None:
@@ -86,25 +181,8 @@ def chunked_attention(
     """
     _check(s, d, chunk, group, batch, kv_heads, itemsize)
     validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
-    kv = itemsize if kv_itemsize is None else kv_itemsize
-    dv = d if d_v is None else d_v
     scores = group * chunk_scores(s, chunk)
-    qk, pv = scores * FLOPS_PER_MAC * d, scores * FLOPS_PER_MAC * dv
-    sm = scores * softmax_flops_per_element
-    q, o = Access("Q", group * s * d * itemsize), Access("O", group * s * dv * itemsize)
-    k, v = Access("K", s * d * kv), Access("V", s * dv * kv)
-    if fused:
-        one = Cost((Stage(FUSED, qk + sm + pv, (q, k, v), (o,)),))
-    else:
-        sb = Access("S", scores * itemsize)
-        pb = Access("P", scores * itemsize)
-        one = Cost(
-            (
-                Stage(QK, qk, (q, k), (sb,)),
-                Stage(SOFTMAX, sm, (sb,), (pb,)),
-                Stage(PV, pv, (pb, v), (o,)),
-            )
-        )
+    one = _cost(scores, s, s, d, d_v, group, itemsize, kv_itemsize, softmax_flops_per_element, fused)
     return one * (batch * kv_heads)
 
 
