@@ -93,3 +93,19 @@ def test_one_variant_shows_its_stage_tables():
     data = json.loads(run_cli("sheet", "--variant", "mamba", "-s", "4096", "--json").stdout)
     scan = data["variants"][0]["prefill_stages"][1]
     assert scan["flops"] == 4096 * 8192 * 16 * 7  # 7 FLOPs per state element and token
+
+
+def test_each_variant_is_its_built_in_models_layer():
+    """The sheet's variants are the built-in models' layers (their published configs), and the
+    command's names are the variants'."""
+    from attnroof.beyond import MAKERS, variant
+    from attnroof.commands.sheet import VARIANT_NAMES
+    from attnroof.model.config import builtin
+    from attnroof.model.layers import layer_table
+
+    assert set(VARIANT_NAMES) - {"all"} == set(MAKERS)
+    scout = next(r for r in layer_table(builtin("llama-4-scout")) if r.operator == "chunked attention")
+    assert variant("chunked").bound == scout.shape["attention_chunk"] == 8192
+    # Nemotron-H's Mamba-2 conv has a bias (its config's use_conv_bias): the layer reads it
+    ssd = next(r for r in layer_table(builtin("nemotron-h-8b")) if r.operator == "ssd")
+    assert ssd.shape["conv_bias"] is True and "Nemotron-H-8B" in variant("mamba2").layer

@@ -12,12 +12,15 @@ same model with softmax attention in every mixing layer.
     mamba2     Nemotron-H's SSD (128 × 64, N 128)               s, s                      flat
     mamba      Jamba's selective scan (8192 channels, N 16)     s, s                      flat
 
-Limits and crossovers are exact (sympy, on the same formulas); a variant whose formula changes
-form at a size (chunked at C, sparse at k) is solved on each side of it.
+Each layer's widths are read from its built-in model's layer table (:data:`LAYERS`: the published
+config's), so the sheet and ``model`` cost the same layer. Limits and crossovers are exact (sympy,
+on the same formulas); a variant whose formula changes form at a size (chunked at C, sparse at k)
+is solved on each side of it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -47,16 +50,6 @@ CACHE_FACTOR = 2
 """The default factor by which a hybrid's cache is to be smaller than its all-attention twin's."""
 MAX_CONTEXT = 2**40
 
-QWEN_ATTN = dict(group=8, kv_heads=2)
-LLAMA4 = dict(group=5, kv_heads=8)
-DSA = dict(heads=128, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
-           index_heads=64, index_head_dim=128)  # fmt: skip
-DSA_TOP_K = 2048
-LLAMA4_CHUNK = 8192
-GDN = dict(heads=32, key_heads=16, key_dim=128, value_dim=128)
-SSD = dict(heads=128, head_dim=64, state=128, groups=8)
-SCAN = dict(channels=8192, state=16)
-
 
 @dataclass(frozen=True)
 class Variant:
@@ -74,65 +67,118 @@ class Variant:
     """s past ``bound`` as a function of a positive symbol (k·C, or k + t)."""
 
 
+LAYERS: dict[str, tuple[str, str]] = {
+    "softmax": ("qwen3-next-80b-a3b", "attention"),
+    "chunked": ("llama-4-scout", "chunked attention"),
+    "sparse": ("deepseek-v3.2-exp", "sparse attention"),
+    "linear": ("qwen3-next-80b-a3b", "linear attention"),
+    "mamba2": ("nemotron-h-8b", "ssd"),
+    "mamba": ("jamba-mini-1.5", "selective scan"),
+}
+"""Each variant's layer: (built-in model, operator). Its widths are that model's layer-table row's,
+read from the published config, not written here again."""
+ATTENTION_KEYS = ("group", "kv_heads")
+SPARSE_KEYS = ("heads", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "index_heads",
+               "index_head_dim")  # fmt: skip
+RECURRENT_KEYS = {
+    "linear attention": ("heads", "key_heads", "key_dim", "value_dim", "conv_kernel", "conv_bias"),
+    "ssd": ("heads", "head_dim", "state", "groups", "conv_kernel", "conv_bias"),
+    "selective scan": ("channels", "state", "conv_kernel", "conv_bias"),
+}
+
+
+@functools.cache
+def layer_shape(variant: str) -> dict[str, Any]:
+    """The shape of the variant's layer: the first row of its operator in its model's table.
+
+    >>> layer_shape("chunked")["attention_chunk"], layer_shape("mamba2")["state"]
+    (8192, 128)
+    """
+    from attnroof.model.config import builtin
+    from attnroof.model.layers import layer_table
+
+    model, op = LAYERS[variant]
+    return dict(next(r.shape for r in layer_table(builtin(model)) if r.operator == op))
+
+
+def _keys(variant: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    shape = layer_shape(variant)
+    return {k: shape[k] for k in keys}
+
+
 def _softmax(fused: bool) -> Variant:
-    name = "softmax" if fused else "softmax (unfused)"
+    sh = layer_shape("softmax")
+    d, kw = sh["head_dim"], _keys("softmax", ATTENTION_KEYS)
     return Variant(
-        name,
-        "Qwen3-Next-80B-A3B full attention: 16 query heads on 2 KV heads of 256, causal",
-        lambda s: attention(s, 256, fused=fused, causal=True, **QWEN_ATTN),
-        lambda s: decode(s, 256, fused=fused, **QWEN_ATTN),
+        "softmax" if fused else "softmax (unfused)",
+        f"Qwen3-Next-80B-A3B full attention: {sh['group'] * sh['kv_heads']} query heads on {sh['kv_heads']} "
+        f"KV heads of {d}, causal",
+        lambda s: attention(s, d, fused=fused, causal=True, **kw),
+        lambda s: decode(s, d, fused=fused, **kw),
     )
 
 
-def _chunked_decode(s: Any) -> Cost:
-    return decode(chunk_position(s, LLAMA4_CHUNK), 128, fused=True, **LLAMA4)
-
-
-def _chunked_limit_size(k: Any) -> Any:
-    return LLAMA4_CHUNK * k
-
-
-VARIANTS: dict[str, Variant] = {
-    "softmax": _softmax(True),
-    "softmax-unfused": _softmax(False),
-    "chunked": Variant(
+def _chunked() -> Variant:
+    sh = layer_shape("chunked")
+    d, c, kw = sh["head_dim"], sh["attention_chunk"], _keys("chunked", ATTENTION_KEYS)
+    return Variant(
         "chunked",
-        "Llama-4-Scout chunked layer: 40 query heads on 8 KV heads of 128, chunks of 8192",
-        lambda s: chunked_attention(s, 128, chunk=LLAMA4_CHUNK, **LLAMA4),
-        _chunked_decode,
-        regime=lambda s: attention(s, 128, fused=True, causal=True, **LLAMA4),
-        bound=LLAMA4_CHUNK,
-        beyond=_chunked_limit_size,
-    ),
-    "sparse": Variant(
+        f"Llama-4-Scout chunked layer: {sh['group'] * sh['kv_heads']} query heads on {sh['kv_heads']} KV heads "
+        f"of {d}, chunks of {c}",
+        lambda s: chunked_attention(s, d, chunk=c, **kw),
+        lambda s: decode(chunk_position(s, c), d, fused=True, **kw),
+        regime=lambda s: attention(s, d, fused=True, causal=True, **kw),
+        bound=c,
+        beyond=lambda k: c * k,
+    )
+
+
+def _sparse() -> Variant:
+    sh = layer_shape("sparse")
+    k, kw = sh["top_k"], _keys("sparse", SPARSE_KEYS)
+    return Variant(
         "sparse",
-        "DeepSeek-V3.2-Exp: MLA absorbed (128 heads, latent 512 + 64) over the top 2048 of a 64 × 128 fp8 indexer",
-        lambda s: sparse_attention(s, s, causal=True, top_k=DSA_TOP_K, **DSA),
-        lambda s: sparse_attention(1, s, top_k=DSA_TOP_K, **DSA),
-        regime=lambda s: sparse_attention(s, s, causal=True, top_k=s, **DSA),
-        bound=DSA_TOP_K,
-        beyond=lambda t: DSA_TOP_K + t,
+        f"DeepSeek-V3.2-Exp: MLA absorbed ({sh['heads']} heads, latent {sh['kv_lora_rank']} + "
+        f"{sh['qk_rope_head_dim']}) over the top {k} of a {sh['index_heads']} × {sh['index_head_dim']} fp8 indexer",
+        lambda s: sparse_attention(s, s, causal=True, top_k=k, **kw),
+        lambda s: sparse_attention(1, s, top_k=k, **kw),
+        regime=lambda s: sparse_attention(s, s, causal=True, top_k=s, **kw),
+        bound=k,
+        beyond=lambda t: k + t,
+    )
+
+
+def _recurrent(name: str, layer: str, prefill: Callable[..., Cost], step: Callable[..., Cost]) -> Variant:
+    sh, kw = layer_shape(name), _keys(name, RECURRENT_KEYS[LAYERS[name][1]])
+    chunk = {"chunk": sh["chunk"]} if "chunk" in sh else {}
+    return Variant(name, layer.format(**sh), lambda s: prefill(s, **chunk, **kw), lambda s: step(**kw))
+
+
+MAKERS: dict[str, Callable[[], Variant]] = {
+    "softmax": lambda: _softmax(True),
+    "softmax-unfused": lambda: _softmax(False),
+    "chunked": _chunked,
+    "sparse": _sparse,
+    "linear": lambda: _recurrent(
+        "linear", "Qwen3-Next-80B-A3B gated DeltaNet: {heads} value heads on {key_heads} key heads, "
+        "{key_dim} × {value_dim} state, chunks of {chunk}", gated_delta_rule, gated_delta_step,
     ),
-    "linear": Variant(
-        "linear",
-        "Qwen3-Next-80B-A3B gated DeltaNet: 32 value heads on 16 key heads, 128 × 128 state, chunks of 64",
-        lambda s: gated_delta_rule(s, chunk=64, **GDN),
-        lambda s: gated_delta_step(**GDN),
+    "mamba2": lambda: _recurrent(
+        "mamba2", "Nemotron-H-8B Mamba-2: {heads} heads of {head_dim}, state {state}, {groups} groups, "
+        "chunks of {chunk}", ssd, ssd_step,
     ),
-    "mamba2": Variant(
-        "mamba2",
-        "Nemotron-H-8B Mamba-2: 128 heads of 64, state 128, 8 groups, chunks of 128",
-        lambda s: ssd(s, chunk=128, **SSD),
-        lambda s: ssd_step(**SSD),
+    "mamba": lambda: _recurrent(
+        "mamba", "Jamba-Mini-1.5 Mamba-1: {channels} channels, state {state}", selective_scan, selective_scan_step,
     ),
-    "mamba": Variant(
-        "mamba",
-        "Jamba-Mini-1.5 Mamba-1: 8192 channels, state 16",
-        lambda s: selective_scan(s, **SCAN),
-        lambda s: selective_scan_step(**SCAN),
-    ),
-}
-"""Every variant by its ``--variant`` name."""
+}  # fmt: skip
+"""Every variant by its ``--variant`` name, built when first asked for (:func:`variant`): each
+reads its model's config."""
+
+
+@functools.cache
+def variant(name: str) -> Variant:
+    """The variant ``name`` (a key of :data:`MAKERS`)."""
+    return MAKERS[name]()
 
 
 @dataclass(frozen=True)
@@ -206,8 +252,8 @@ def _crossover(v: Variant, roof: Roof) -> Crossover | int | None:
     if not below.never and below.s_min is not None and below.s_min <= v.bound:
         return below.s_min
     if v.name == "sparse":  # past the top-k: s = k + t
-        past = crossover(lambda t: v.prefill(DSA_TOP_K + t).intensity, p, b, variable="t")
-        return None if past.never else DSA_TOP_K + (past.s_min or 0)
+        past = crossover(lambda t: v.prefill(v.bound + t).intensity, p, b, variable="t")
+        return None if past.never else v.bound + (past.s_min or 0)
     return None  # chunked: past C the intensity only falls back towards its limit
 
 
@@ -219,7 +265,7 @@ def analyse_variant(name: str, roof: Roof, s: int = 8192) -> VariantAnalysis:
     >>> round(a.limit_intensity, 1), a.crossover_s, a.decode_growth     # never compute-bound
     (29.8, None, 'flat')
     """
-    v = VARIANTS[name]
+    v = variant(name)
     lim, lim_text = _limit(v)
     cross = _crossover(v, roof)
     sweep = [(s, float(Fraction(c.flops) / Fraction(c.bytes))) for s in SWEEP for c in [v.prefill(s)]]

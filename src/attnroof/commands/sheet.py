@@ -108,14 +108,14 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
 
 def _beyond(args: argparse.Namespace) -> int:
-    from attnroof.beyond import VARIANTS, analyse_variant, compare_cache
+    from attnroof.beyond import MAKERS, analyse_variant, compare_cache
     from attnroof.errors import InputError
     from attnroof.text.beyond import beyond_markdown
 
     if not (1 < args.cache_factor < float("inf")):
         raise InputError(f"--cache-factor {args.cache_factor:g}: a factor above 1", param="--cache-factor")
     dev, _, roof = roof_from_args(args)
-    names = list(VARIANTS) if args.variant == "all" else [args.variant]
+    names = list(MAKERS) if args.variant == "all" else [args.variant]
     variants = [analyse_variant(n, roof, args.s) for n in names]
     caches = [c for m in HYBRID_MODELS if (c := compare_cache(m, args.cache_factor)) is not None]
     if args.json:

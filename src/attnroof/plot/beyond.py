@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from attnroof.beyond import DECODE_CONTEXTS, SWEEP, VARIANTS
+from attnroof.beyond import DECODE_CONTEXTS, MAKERS, SWEEP, variant
 from attnroof.devices import get_device
 from attnroof.roofline import NEAR_RIDGE_FACTOR, Roof
 from attnroof.units import TFLOP_PER_S
@@ -32,7 +32,7 @@ def beyond_figure(device: str = "h200", dtype: str = "bf16") -> Figure:
     ax.plot(xs, np.minimum(roof.peak_flops_per_s, xs * roof.bandwidth_bytes_per_s), color="black", lw=1.5,
             label=f"{roof.device} {roof.dtype} roof (ridge {roof.ridge:.0f} FLOP/byte)")  # fmt: skip
     ax.axvspan(roof.ridge / NEAR_RIDGE_FACTOR, roof.ridge * NEAR_RIDGE_FACTOR, color="0.9", zorder=0)
-    for key, v in VARIANTS.items():
+    for key, v in ((k, variant(k)) for k in MAKERS):
         colour = COLOURS[key]
         pre = [v.prefill(s) for s in SWEEP]
         i = np.array([c.flops / c.bytes for c in pre], dtype=float)
