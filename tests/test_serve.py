@@ -467,16 +467,54 @@ def test_hybrid_models_serve_with_their_state():
     assert pool["kv_blocks"] == int(free // (16 * pool["kv_bytes_per_token_per_device"]))
 
 
-def test_attention_without_a_chunk_rule_runs_prompts_whole():
-    """DeepSeek's sparse attention has no rule for a chunk against a cache: the engine runs every
-    prompt whole (vLLM without chunked prefill), and a prompt longer than a step's token budget
-    is refused in one line."""
-    flags = ("serve-sim", "--model", "deepseek-v3.2-exp", "--device", "h200", "--tp", "8", "--pp", "2")
-    d = _json(*flags[1:], "--rate", "4", "--input-len", "3000", "--output-len", "8", "--num-requests", "10",
+def test_attention_without_a_chunk_rule_runs_prompts_whole(monkeypatch):
+    """An attention without a rule for a chunk against a cache (every built-in has one now; here
+    Llama's attention made to refuse, as an operator entry does with ``param="chunk"``): the
+    engine runs every prompt whole (vLLM without chunked prefill), and a prompt longer than a
+    step's token budget is refused in one line."""
+    from dataclasses import replace
+
+    from attnroof import operators
+    from attnroof.errors import InputError
+    from attnroof.row import CHUNK
+
+    entry = operators.OPERATORS["attention"]
+
+    def bind(i, st):
+        if st.phase == CHUNK:
+            raise InputError("no rule for a chunk of queries against a cache", param="chunk")
+        return entry.bind(i, st)
+
+    monkeypatch.setitem(operators.OPERATORS, "attention", replace(entry, bind=bind))
+    flags = ("serve-sim", "--model", "llama-3.1-8b", "--device", "h100")
+    d = _json(*flags[1:], "--rate", "4", "--input-len", "3000", "--output-len", "8", "--num-requests", "20",
               "--max-num-batched-tokens", "4096")  # fmt: skip
-    assert d["summary"]["requests"] == 10
+    assert d["summary"]["requests"] == 20
     r = run_cli(*flags, "--input-len", "9000", "--num-requests", "2")
     assert r.returncode == 2 and "chunked prefill" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sparse_attention_chunk_ends_are_prefill_and_decode():
+    """DeepSeek's sparse attention against a cache: a chunk of the whole prompt is its prefill, a
+    chunk of one token its decode (the indexer scores every earlier key, the main attention the
+    top 2048 of them); between, the indexer's pairs are a chunk's (the rectangle against the
+    cache and the chunk's triangle)."""
+    from attnroof.ops.attention import chunk_scores
+    from attnroof.ops.sparse import indexer, sparse_attention
+
+    dsa = dict(heads=128, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+               index_heads=64, index_head_dim=128, top_k=2048)  # fmt: skip
+    assert sparse_attention(8192, 8192, causal=True, **dsa) == sparse_attention(
+        8192, 8192, causal=True, **dsa
+    )
+    one, dec = sparse_attention(1, 20000, causal=True, **dsa), sparse_attention(1, 20000, **dsa)
+    assert (one.flops, one.bytes) == (dec.flops, dec.bytes)
+    idx = indexer(512, 8192, index_heads=64, index_head_dim=128, top_k=2048, causal=True)
+    assert (
+        idx.stages[0].flops
+        == chunk_scores(512, 8192) * 64 * (2 * 128 + 3)
+        == (512 * 7680 + 512 * 512 // 2) * 16576
+    )
 
 
 def test_chunked_local_attention_prefills_in_chunks():

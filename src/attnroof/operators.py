@@ -622,13 +622,6 @@ def _scanned(st: Step) -> Num:
     return st.queries if st.phase == CHUNK else st.context
 
 
-def _no_chunk(what: str) -> InputError:
-    return InputError(
-        f"{what} has no rule for a chunk of queries against a cache (chunked prefill): not modelled yet",
-        param="chunk",
-    )
-
-
 def _recurrent_kwargs(i: OpInstance, st: Step, keys: tuple[str, ...]) -> dict[str, Any]:
     p = st.prec
     return dict(
@@ -774,10 +767,9 @@ def _bind_sparse(i: OpInstance, st: Step) -> Call:
         weight_itemsize=p.weight_bytes(i), softmax_flops_per_element=st.softmax_flops_per_element,
         **{k: i.shape[k] for k in SPARSE_KEYS},
     )  # fmt: skip
-    if st.phase == CHUNK:
-        raise _no_chunk("DeepSeek sparse attention")
-    if st.phase == PREFILL:
-        return Call((st.context, st.context), {**kw, "causal": True, "form": st.latent_form})
+    if st.phase in (PREFILL, CHUNK):  # a chunk: the last ``queries`` of each sequence
+        return Call((st.queries if st.phase == CHUNK else st.context, st.context),
+                    {**kw, "causal": True, "form": st.latent_form})  # fmt: skip
     return Call((1, st.context), {**kw, "form": st.latent_form})
 
 

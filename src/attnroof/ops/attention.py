@@ -162,7 +162,7 @@ def chunk_keys(s_q: Num, s_kv: Num, window: Num | None = None) -> Num:
     >>> chunk_keys(1, 8192, window=4096), chunk_keys(512, 8192, window=4096)
     (4096, 4607)
     """
-    if window is None:
+    if window is None or _is_zero(s_kv - s_q):  # every key, or the whole sequence (symbols too)
         return s_kv
     return arrays.minimum(s_kv - s_q, window - 1) + s_q
 

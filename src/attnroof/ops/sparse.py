@@ -20,7 +20,10 @@ and layer, against 1152 B of latent for dense MLA in bf16).
 
 Convention: at prefill each latent is read once (the band of the k most recent keys stands for
 the selected ones; a gather that loads a latent for several queries is taken to hit on-chip
-caches), and the scores kept are those of a causal band of k: Σ_t min(t, k).
+caches), and the scores kept are those of a causal band of k: Σ_t min(t, k). A chunk of q new
+queries against a cache (a serving engine's chunked prefill) keeps the band too: it reads the
+latents of its own tokens and the k − 1 before them — a lower bound, as every figure here is (the
+queries' selections may reach further back) — and its indexer scores every earlier key.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 from attnroof import arrays, validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
-from attnroof.ops.attention import kept_scores
+from attnroof.ops.attention import chunk_keys, chunk_scores, kept_scores
 from attnroof.ops.latent import ABSORBED, latent_attention
 from attnroof.ops.matmul import FLOPS_PER_MAC
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
@@ -67,7 +70,9 @@ def indexer(
     index_itemsize: Num = FP8_BYTES,
 ) -> Cost:
     """The lightning indexer of ``batch`` sequences: ``s_q`` queries scoring ``s_kv`` keys
-    (causal: the lower triangle), then their top ``top_k``.
+    (causal: the queries are the last s_q of the s_kv tokens, each scoring the keys up to its
+    own — prefill's lower triangle when s_q = s_kv, a chunk against a cache when fewer:
+    :func:`attnroof.ops.attention.chunk_scores`), then their top ``top_k``.
 
     >>> c = indexer(1, 131072, index_heads=64, index_head_dim=128, top_k=2048)
     >>> c.stages[0].flops                      # 131072 keys · 64 · (2·128 + 3)
@@ -79,7 +84,7 @@ def indexer(
                    top_k=top_k, batch=batch)  # fmt: skip
     validate.positive("index_itemsize", index_itemsize)
     hi, di = index_heads, index_head_dim
-    pairs = batch * kept_scores(s_q, s_kv, causal)
+    pairs = batch * (chunk_scores(s_q, s_kv) if causal else kept_scores(s_q, s_kv, False))
     logits = Access("index logits", pairs * LOGIT_BYTES)
     reads = (
         Access("q_I", batch * s_q * hi * di * index_itemsize),
@@ -118,7 +123,8 @@ def sparse_attention(
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
 ) -> Cost:
     """DSA: the indexer, then latent attention over the ``top_k`` selected tokens of each query
-    (prefill: ``s_q = s_kv = s``, causal; decode: ``s_q = 1``).
+    (prefill: ``s_q = s_kv = s``, causal; decode: ``s_q = 1``; a chunk of a prompt against the
+    cache before it, a serving engine's chunked prefill: ``s_q < s_kv``, causal).
 
     >>> dsa = dict(heads=128, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
     ...            v_head_dim=128, index_heads=64, index_head_dim=128, top_k=2048)
@@ -136,8 +142,8 @@ def sparse_attention(
         itemsize=itemsize, kv_itemsize=kv_itemsize, weight_itemsize=weight_itemsize,
         softmax_flops_per_element=softmax_flops_per_element,
     )  # fmt: skip
-    if causal:
-        main = latent_attention(s_q, s_kv, causal=True, window=top_k, **mla)
+    if causal:  # the band of the k most recent keys stands for each query's selection
+        main = latent_attention(s_q, chunk_keys(s_q, s_kv, top_k), causal=True, window=top_k, **mla)
     else:
         main = latent_attention(s_q, arrays.minimum(s_kv, top_k), **mla)
     return idx + main
