@@ -96,9 +96,11 @@ def layer_shape(variant: str) -> dict[str, Any]:
     """
     from attnroof.model.config import builtin
     from attnroof.model.layers import layer_table
+    from attnroof.operators import operator, rule
 
-    model, op = LAYERS[variant]
-    return dict(next(r.shape for r in layer_table(builtin(model)) if r.operator == op))
+    model, name = LAYERS[variant]
+    entry = operator(name)
+    return dict(next(r.shape for r in layer_table(builtin(model)) if rule(r) is entry))
 
 
 def _keys(variant: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -148,10 +150,12 @@ def _sparse() -> Variant:
     )
 
 
-def _recurrent(name: str, layer: str, prefill: Callable[..., Cost], step: Callable[..., Cost]) -> Variant:
+def _recurrent(
+    name: str, layer: Callable[[dict[str, Any]], str], prefill: Callable[..., Cost], step: Callable[..., Cost]
+) -> Variant:
     sh, kw = layer_shape(name), _keys(name, RECURRENT_KEYS[LAYERS[name][1]])
     chunk = {"chunk": sh["chunk"]} if "chunk" in sh else {}
-    return Variant(name, layer.format(**sh), lambda s: prefill(s, **chunk, **kw), lambda s: step(**kw))
+    return Variant(name, layer(sh), lambda s: prefill(s, **chunk, **kw), lambda s: step(**kw))
 
 
 MAKERS: dict[str, Callable[[], Variant]] = {
@@ -160,15 +164,17 @@ MAKERS: dict[str, Callable[[], Variant]] = {
     "chunked": _chunked,
     "sparse": _sparse,
     "linear": lambda: _recurrent(
-        "linear", "Qwen3-Next-80B-A3B gated DeltaNet: {heads} value heads on {key_heads} key heads, "
-        "{key_dim} × {value_dim} state, chunks of {chunk}", gated_delta_rule, gated_delta_step,
+        "linear", lambda sh: f"Qwen3-Next-80B-A3B gated DeltaNet: {sh['heads']} value heads on {sh['key_heads']} "
+        f"key heads, {sh['key_dim']} × {sh['value_dim']} state, chunks of {sh['chunk']}",
+        gated_delta_rule, gated_delta_step,
     ),
     "mamba2": lambda: _recurrent(
-        "mamba2", "Nemotron-H-8B Mamba-2: {heads} heads of {head_dim}, state {state}, {groups} groups, "
-        "chunks of {chunk}", ssd, ssd_step,
+        "mamba2", lambda sh: f"Nemotron-H-8B Mamba-2: {sh['heads']} heads of {sh['head_dim']}, state {sh['state']}, "
+        f"{sh['groups']} groups, chunks of {sh['chunk']}", ssd, ssd_step,
     ),
     "mamba": lambda: _recurrent(
-        "mamba", "Jamba-Mini-1.5 Mamba-1: {channels} channels, state {state}", selective_scan, selective_scan_step,
+        "mamba", lambda sh: f"Jamba-Mini-1.5 Mamba-1: {sh['channels']} channels, state {sh['state']}", selective_scan,
+        selective_scan_step,
     ),
 }  # fmt: skip
 """Every variant by its ``--variant`` name, built when first asked for (:func:`variant`): each
