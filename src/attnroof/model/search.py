@@ -485,8 +485,9 @@ class _Job:
 PARALLEL_FROM = 2_000
 """Plans from which a search spreads over the machine's cores (forked processes, each with the
 caches built so far); fewer are not worth a process's start."""
-_JOB: _Job | None = None
-"""The job the forked processes judge (set before they fork: closures do not pickle)."""
+_JOB: tuple[_Job, Sequence[Option]] | None = None
+"""The job the forked processes judge and its options (set before they fork: closures do not
+pickle, and the options need not be: a process is handed the indices of its share)."""
 
 
 def _judge(job: _Job, o: Option, least_misfit: float = math.inf) -> tuple[Any, ...]:
@@ -517,11 +518,13 @@ def _judge(job: _Job, o: Option, least_misfit: float = math.inf) -> tuple[Any, .
     return ("fit", mem, fits, s.bound_time_s, s.time_s, 1)
 
 
-def _judge_block(block: Sequence[Option]) -> list[tuple[Any, ...]]:
-    """A forked process's share: its verdicts, or the one-line error that stopped it."""
+def _judge_block(share: Sequence[int]) -> list[tuple[Any, ...]]:
+    """A forked process's share (the options' indices): its verdicts, or the one-line error that
+    stopped it."""
     assert _JOB is not None
+    job, chosen = _JOB
     try:
-        return _judge_all(_JOB, block)
+        return _judge_all(job, [chosen[i] for i in share])
     except InputError as e:
         return [("error", str(e), e.param)]
 
@@ -561,11 +564,11 @@ def _judged(job: _Job, chosen: Sequence[Option]) -> list[tuple[Any, ...]]:
     if len(chosen) < PARALLEL_FROM or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return _judge_all(job, chosen)
     global _JOB
-    _JOB = job
+    _JOB = (job, chosen)
     shares = _shares(job, chosen, workers)
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            done = list(pool.map(_judge_block, [[chosen[i] for i in share] for share in shares]))
+            done = list(pool.map(_judge_block, shares))
     finally:
         _JOB = None
     out: list[tuple[Any, ...]] = [()] * len(chosen)
