@@ -292,12 +292,19 @@ def require(condition: bool, message: str) -> None:
 def emit_json(data: dict[str, Any], *, row_per_line: str | None = None) -> None:
     """``data`` as JSON, indented, written whole or not at all; the list under ``row_per_line``
     (a table of many rows: a plan search's every plan) one row to a line."""
-    plain = to_jsonable(data)
-    rows = plain.pop(row_per_line, None) if row_per_line else None
-    if rows is not None:
-        plain[row_per_line] = mark = f"\0{row_per_line}\0"
+    rows = data.get(row_per_line) if row_per_line else None
+    mark = f"\0{row_per_line}\0"  # where the rows go, in the key's own place
+    plain = to_jsonable({k: mark if rows is not None and k == row_per_line else v for k, v in data.items()})
     text = json.dumps(plain, indent=2, ensure_ascii=False)
     if rows is not None:
-        lines = ",\n    ".join(json.dumps(r, ensure_ascii=False) for r in rows)
+        lines = ",\n    ".join(_row(r) for r in rows)
         text = text.replace(json.dumps(mark), f"[\n    {lines}\n  ]" if rows else "[]")
     sys.stdout.write(text + "\n")
+
+
+def _row(row: Any) -> str:
+    """One row on one line: as it is when it holds plain, finite values, else made so."""
+    try:
+        return json.dumps(row, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return json.dumps(to_jsonable(row), ensure_ascii=False)

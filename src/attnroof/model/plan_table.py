@@ -39,7 +39,7 @@ import numpy as np
 from attnroof.devices.links import Links
 from attnroof.errors import InputError
 from attnroof.model.busy import Axes, Dense, Parts, comm_parts, link_traffic, pipelines, stage_times
-from attnroof.model.parallel import Plan
+from attnroof.model.parallel import Plan, group_link
 from attnroof.model.schedules import SCHEDULES, schedule
 from attnroof.model.search import NOT_FIT, NOT_SEQUENCE
 from attnroof.model.shard import Shard, standing_for
@@ -119,12 +119,20 @@ def _layout_key(p: Plan) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-def _comm_group(plan: Plan) -> tuple[Any, ...]:
-    """What a device's per-micro-batch collectives depend on in its plan: every degree, not its
-    micro-batch count, ZeRO stage or schedule (but for the pipeline's sends)."""
+def _comm_group(plan: Plan, links: Links) -> tuple[Any, ...]:
+    """What a device's per-micro-batch collectives depend on in its plan: every degree but its
+    micro-batch count, ZeRO stage and schedule (but for the pipeline's sends), and of its DP
+    degree only the link the sends ride (:func:`attnroof.model.parallel.group_link`: their
+    group's stride is TP × CP × DP)."""
+    send: Any = None
+    if plan.pp > 1:
+        try:
+            send = group_link(links, plan.pp, plan.tp * plan.cp * plan.dp, f"--pp {plan.pp}").kind
+        except InputError:  # no such link: the group its own, so that building it says so
+            send = ("dp", plan.dp)
     return (
         schedule(plan.schedule).sends(plan.virtual_stages), plan.tp, plan.sp, plan.cp, plan.cp_comm, plan.ep,
-        plan.etp, plan.expert_imbalance, plan.pp, plan.dp,
+        plan.etp, plan.expert_imbalance, plan.pp, send,
     )  # fmt: skip
 
 
@@ -204,7 +212,7 @@ class PlanTable:
                 part: [float(a[part]) for a in every] for part in ("total", "working", "head")
             }
         self._memory_rows.append(([c.in_flight for c in classes], states, kept))
-        return _Plans(lay, classes, len(self._memory_rows) - 1, _comm_group(p))
+        return _Plans(lay, classes, len(self._memory_rows) - 1, _comm_group(p, self.links))
 
     def _memory(self, layouts: np.ndarray, zeros: np.ndarray, recomputes: np.ndarray) -> np.ndarray:
         """The busiest device's bytes of each plan (its layout's row, ZeRO stage, recomputation's
