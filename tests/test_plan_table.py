@@ -90,6 +90,20 @@ def test_without_overlap_and_without_a_capacity():
         assert v[4] >= v[3] * (1 - 1e-12)  # the estimate never beats the bound
 
 
+def test_plans_with_and_without_overlap_in_one_table():
+    """One table handed plans of both kinds at once: each gets its own estimate."""
+    model = builtin("llama-3.1-8b")
+    both = [
+        o
+        for overlap in (True, False)
+        for o in list(options(model, "train", 16, 4, Counter(), Choices(overlap=overlap), context=4096))[::5]
+    ]
+    verdicts = PlanTable(model, 16, 4096, ROOF, H100.links, PREC).judge(both, H100.capacity_bytes)
+    assert {o.plan.overlap for o, v in zip(both, verdicts, strict=True) if v[0] == "fit"} == {True, False}
+    for o, v in zip(both, verdicts, strict=True):
+        _close(v, _alone(model, 16, 4096, o, H100.capacity_bytes))
+
+
 def test_eighty_stages_are_three_classes():
     """Llama-3.1-70B on PP 80, 1F1B: one layer a device; the first device (the embedding), the
     last (the head) and the 78 between, each of those holding min(m, 80 − i) micro-batches in

@@ -359,12 +359,14 @@ class PlanTable:
         m_rows = np.repeat(np.array(micro, dtype=float), per_plan)
         v_rows = np.repeat(np.array(chunks, dtype=float), per_plan)
         on = np.repeat(np.array(overlap), per_plan)
-        times = [stage_times(rows, flag) for flag in (False, True)]
+        times = {flag: stage_times(rows, flag) for flag in set(overlap)}  # a search has one, mostly
         pick = {
-            name: np.where(on, getattr(times[1], name), getattr(times[0], name))
+            name: np.where(on, getattr(times.get(True, times.get(False)), name),
+                           getattr(times.get(False, times.get(True)), name))
             for name in ("bound", "estimate", "sync_exposed")
-        }
-        busy, step = times[0].busy, times[0].sync  # no overlap hides a link's traffic
+        }  # fmt: skip
+        some = next(iter(times.values()))
+        busy, step = some.busy, some.sync  # each link's traffic: overlap hides none of it
         w = np.concatenate(self._weight_grads)[k]
         n = np.array(devices, dtype=float)
         bound, estimate = np.empty(len(plans)), np.empty(len(plans))
