@@ -46,7 +46,7 @@ from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.attention import _check, _queries, chunk_keys, chunk_scores, kept_scores
 from attnroof.ops.experts import UNIFORM, expert_share, touched_experts
-from attnroof.ops.matmul import matmul_flops
+from attnroof.ops.matmul import expected_matmul_flops, matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
 FP32_BYTES = 4
@@ -525,7 +525,8 @@ def expert_backward(
     >>> c.flops == 2 * (2 * 2 * 4096 * 28672)                          # 2 × the forward
     True
     """
-    validate.sizes(tokens=tokens, k=k, m=m, experts=experts, top_k=top_k)
+    validate.sizes(k=k, m=m, experts=experts, top_k=top_k)
+    validate.positive("tokens", tokens)  # an expectation, as the forward's: whole or not
     validate.positive("itemsize", itemsize)
     w_item = itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
     g_item = _grad_item(grad_itemsize, weight_itemsize, itemsize)
@@ -533,7 +534,7 @@ def expert_backward(
     touched = touched_experts(tokens, experts, top_k, routing)
     dy = Access("dY", routed * m * itemsize)
     dw_writes = [Access("dW", touched * k * m * g_item)]
-    dw_flops = matmul_flops(k, routed, m)
+    dw_flops = expected_matmul_flops(routed, k, m)
     if bias:  # each touched expert's bias gradient: a column sum of its rows of dY
         dw_writes.append(Access("d bias", touched * m * g_item))
         dw_flops = dw_flops + routed * m
@@ -541,7 +542,7 @@ def expert_backward(
         (
             Stage(
                 f"{name} dX",
-                matmul_flops(routed, m, k),
+                expected_matmul_flops(routed, m, k),
                 (dy, Access("W", touched * k * m * w_item)),
                 (Access("dX", routed * k * itemsize),),
             ),

@@ -22,7 +22,7 @@ from __future__ import annotations
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.errors import InputError
-from attnroof.ops.matmul import matmul_flops
+from attnroof.ops.matmul import expected_matmul_flops
 
 UNIFORM, ALL = "uniform", "all"
 ROUTINGS = (UNIFORM, ALL)
@@ -62,7 +62,8 @@ def expert_gemm(
 ) -> Cost:
     """``tokens`` tokens, each through ``top_k`` experts' k × m weights (one grouped kernel).
     Under expert parallelism (``ep`` > 1) ``tokens`` are the pooled tokens of the ``ep`` devices
-    of a group and the cost is one device's share (:func:`expert_share`). ``imbalance`` F ≥ 1:
+    of a group and the cost is one device's share (:func:`expert_share`); ``tokens`` is an
+    expected count, which need not be whole (a TP rank's share of one decoding token). ``imbalance`` F ≥ 1:
     the device costed is the busiest, its routed rows F × the mean (FLOPs, X and Y); the weights
     it reads are still those its experts' tokens touch, once.
 
@@ -79,7 +80,7 @@ def expert_gemm(
     routed = tokens * top_k * imbalance  # token-expert pairs (the busiest device's: F × the mean)
     touched = touched_experts(tokens, experts, top_k, routing)
     reads = [Access("X", routed * k * itemsize), Access("W", touched * k * m * w_item)]
-    flops = matmul_flops(routed, k, m)
+    flops = expected_matmul_flops(routed, k, m)  # routed: an expectation, whole or not
     if bias:  # each expert's bias, added in the epilogue
         reads.append(Access("bias", touched * m * w_item))
         flops = flops + routed * m

@@ -17,3 +17,16 @@ def matmul_flops(m: Num, k: Num, n: Num) -> Num:
     """
     validate.sizes(m=m, k=k, n=n)
     return FLOPS_PER_MAC * m * n * k
+
+
+def expected_matmul_flops(rows: Num, k: Num, n: Num) -> Num:
+    """FLOPs of an (rows × k) · (k × n) product whose row count is an expectation — one device's
+    share of the tokens an expert-parallel group pools, which need not be whole (half a token a
+    device, on average, when four TP ranks split one decoding token): 2·rows·k·n.
+
+    >>> expected_matmul_flops(0.5, 7168, 2048)
+    14680064.0
+    """
+    validate.positive("rows", rows)
+    validate.sizes(k=k, n=n)
+    return FLOPS_PER_MAC * rows * n * k
