@@ -36,6 +36,7 @@ schedule), and the totals read from both; splitting them would part the two mean
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ from attnroof.model.parallel import (
     context_memory,
 )
 from attnroof.model.schedules import check_schedule, device_chunks, schedule
+from attnroof.model.shard import standing_for
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
@@ -364,20 +366,46 @@ def spread(
     for i, ((first, stop), *more) in enumerate(devices):
         shard = plan.shard(first, stop, tuple(more))
         last = i == len(devices) - 1
-        ops = model_ops(model, phase, micro, here, p, shard=shard, **options)
         step = Step(phase, micro, here, p)
         comms = stage_comms(model, plan, shard, step, links, last=last)
         mem = context_memory(memory(
             model, phase, replica, here, p, capacity_bytes, fused=options.get("fused", True),
             routing=options.get("routing", "uniform"), shard=shard,
         ), plan.cp)  # fmt: skip
-        placed = tuple(place_op(o, roof) for o in ops)
+        placed = placed_ops(model, phase, micro, here, p, shard, roof, tuple(sorted(options.items())))
         out.append(StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, more=tuple(more)))
     notes = step_notes(
         model, phase, batch, context, p, routing=options.get("routing", UNIFORM),
         latent_form=options.get("latent_form", ABSORBED),
     )  # fmt: skip
     return Spread(plan, phase, batch, tuple(out), notes=notes)
+
+
+def placed_ops(
+    model: ModelConfig, phase: str, micro: int, here: int, prec: Precision, shard: Any, roof: Roof,
+    options: tuple[tuple[str, Any], ...],
+) -> tuple[OpResult, ...]:  # fmt: skip
+    """A prefill or decode stage's operators on the roof: the same for every plan that runs this
+    shard (or one standing for it, :func:`attnroof.model.shard.standing_for`) at this micro-batch,
+    which a plan search asks for once per DP degree, micro-batch count and schedule."""
+    shard = standing_for(model, shard)
+    try:
+        return _placed_ops(model, phase, micro, here, prec, shard, roof, options)
+    except TypeError:  # an option that cannot be a key (an array): worked out afresh
+        return tuple(
+            place_op(o, roof)
+            for o in model_ops(model, phase, micro, here, prec, shard=shard, **dict(options))
+        )
+
+
+@functools.lru_cache(maxsize=65536)
+def _placed_ops(
+    model: ModelConfig, phase: str, micro: int, here: int, prec: Precision, shard: Any, roof: Roof,
+    options: tuple[tuple[str, Any], ...],
+) -> tuple[OpResult, ...]:  # fmt: skip
+    return tuple(
+        place_op(o, roof) for o in model_ops(model, phase, micro, here, prec, shard=shard, **dict(options))
+    )
 
 
 def sweep_summary(runs: list[Spread]) -> dict[str, Any]:
