@@ -368,9 +368,9 @@ def spread(
         last = i == len(devices) - 1
         step = Step(phase, micro, here, p)
         comms = stage_comms(model, plan, shard, step, links, last=last)
-        mem = context_memory(memory(
-            model, phase, replica, here, p, capacity_bytes, fused=options.get("fused", True),
-            routing=options.get("routing", "uniform"), shard=shard,
+        mem = context_memory(_stage_memory(
+            model, phase, replica, here, p, capacity_bytes, options.get("fused", True),
+            options.get("routing", UNIFORM), standing_for(model, shard),
         ), plan.cp)  # fmt: skip
         placed = placed_ops(model, phase, micro, here, p, shard, roof, tuple(sorted(options.items())))
         out.append(StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, more=tuple(more)))
@@ -405,6 +405,18 @@ def _placed_ops(
 ) -> tuple[OpResult, ...]:  # fmt: skip
     return tuple(
         place_op(o, roof) for o in model_ops(model, phase, micro, here, prec, shard=shard, **dict(options))
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_memory(
+    model: ModelConfig, phase: str, replica: int, here: int, prec: Precision, capacity_bytes: float | None,
+    fused: bool, routing: str, shard: Any,
+) -> Memory:  # fmt: skip
+    """:func:`attnroof.model.memory.memory` of a stage, kept: the same for every plan whose
+    device holds an equal (standing) shard at the same replica batch."""
+    return memory(
+        model, phase, replica, here, prec, capacity_bytes, fused=fused, routing=routing, shard=shard
     )
 
 
