@@ -366,13 +366,13 @@ def spread(
     for i, ((first, stop), *more) in enumerate(devices):
         shard = plan.shard(first, stop, tuple(more))
         last = i == len(devices) - 1
+        placed = placed_ops(model, phase, micro, here, p, shard, roof, tuple(sorted(options.items())))
         step = Step(phase, micro, here, p)
         comms = stage_comms(model, plan, shard, step, links, last=last)
         mem = context_memory(_stage_memory(
             model, phase, replica, here, p, capacity_bytes, options.get("fused", True),
             options.get("routing", UNIFORM), standing_for(model, shard),
         ), plan.cp)  # fmt: skip
-        placed = placed_ops(model, phase, micro, here, p, shard, roof, tuple(sorted(options.items())))
         out.append(StageResult(first, stop, placed, tuple(comms), mem, plan.overlap, more=tuple(more)))
     notes = step_notes(
         model, phase, batch, context, p, routing=options.get("routing", UNIFORM),
