@@ -111,12 +111,12 @@ def _classes(
     )  # fmt: skip
 
 
+LAYOUT_FIELDS = tuple(f for f in Plan.__dataclass_fields__ if f != "zero")
+"""What makes a layout: every field of a plan but its ZeRO stage."""
+
+
 def _layout_key(p: Plan) -> tuple[Any, ...]:
-    """Every field of a plan but its ZeRO stage."""
-    return (
-        p.tp, p.pp, p.ep, p.dp, p.sp, p.microbatches, p.overlap, p.etp, p.expert_imbalance, p.schedule,
-        p.virtual_stages, p.cp, p.cp_comm,
-    )  # fmt: skip
+    return tuple(getattr(p, f) for f in LAYOUT_FIELDS)
 
 
 def _comm_group(plan: Plan, links: Links) -> tuple[Any, ...]:
