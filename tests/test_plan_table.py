@@ -90,6 +90,23 @@ def test_without_overlap_and_without_a_capacity():
         assert v[4] >= v[3] * (1 - 1e-12)  # the estimate never beats the bound
 
 
+def test_long_contexts_do_not_wrap():
+    """At 16M tokens a sequence a micro-batch of 64 sequences does 4·64·(16M)²·… FLOPs of
+    attention a layer, past an int64 (9.2e18): the micro-batch sizes are costed as Python ints,
+    so every plan is what it is alone (an int64 array made the largest micro-batch the fastest)."""
+    model = builtin("llama-3.1-8b")
+    context = 16 * 2**20
+    found = list(
+        options(
+            model, "train", 64, 1, Counter(), Choices(overlap=True, recomputes=("full",)), context=context
+        )
+    )
+    verdicts = PlanTable(model, 64, context, ROOF, H100.links, PREC).judge(found, None)
+    assert len({round(v[3]) for v in verdicts}) == 1  # one device: every split of the batch takes as long
+    for o, v in zip(found, verdicts, strict=True):
+        _close(v, _alone(model, 64, context, o, None))
+
+
 def test_plans_with_and_without_overlap_in_one_table():
     """One table handed plans of both kinds at once: each gets its own estimate."""
     model = builtin("llama-3.1-8b")

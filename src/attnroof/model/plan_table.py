@@ -188,7 +188,7 @@ class PlanTable:
         try:
             lay = train_layout(self.model, self.batch, self.context, plan, self.prec, self.fused)
         except InputError as e:
-            if "--sp" not in str(e):
+            if e.param != "--sp":
                 raise
             return None
         p = lay.plan

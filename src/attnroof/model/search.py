@@ -66,9 +66,10 @@ RECOMPUTES = (NONE, SELECTIVE, FULL)
 ZERO_STAGES = (0, 1, 2, 3)
 MAX_PLANS = 500_000
 """The most plans one search tries when they are judged on arrays (training,
-:mod:`attnroof.model.plan_table`: some 30,000 a second on this project's two-core machine, so
-about a quarter of a minute); more is refused in one line — narrow the search with ``--where`` —
-rather than left running."""
+:mod:`attnroof.model.plan_table`: some 10,000 a second on this project's two-core machine for a
+model whose layers differ, as DeepSeek-V3's dense and MoE layers do, to 35,000 for one whose
+layers are alike, so from a quarter of a minute to a minute); more is refused in one line —
+narrow the search with ``--where`` — rather than left running."""
 MAX_PLANS_ONE_BY_ONE = 100_000
 """The same for plans costed one by one (prefill and decode: some 1,000 to 3,000 a second here,
 each stage's operators and memory kept for the plans that share them; a search of them is a
@@ -502,7 +503,7 @@ def _judge(job: _Job, o: Option, least_misfit: float = math.inf) -> tuple[Any, .
         try:
             held = job.memory(o, max(job.capacity_bytes, least_misfit))
         except InputError as e:
-            if "--sp" not in str(e):
+            if e.param != "--sp":
                 raise
             return (NOT_SEQUENCE,)
         if held > job.capacity_bytes:
@@ -510,7 +511,7 @@ def _judge(job: _Job, o: Option, least_misfit: float = math.inf) -> tuple[Any, .
     try:
         s = job.cost(o)
     except InputError as e:
-        if "--sp" in str(e):
+        if e.param == "--sp":
             return (NOT_SEQUENCE,)
         raise
     mem = s.busiest_memory.total_bytes
@@ -573,10 +574,12 @@ def _judged(job: _Job, chosen: Sequence[Option]) -> list[tuple[Any, ...]]:
             done = list(pool.map(_judge_block, shares))
     finally:
         _JOB = None
+    failed = [(share, v[0]) for share, v in zip(shares, done, strict=True) if v and v[0][0] == "error"]
+    if failed:  # the error one process would meet first: its plans judged again here, in order
+        _judge_all(job, [chosen[i] for i in sorted(i for share, _ in failed for i in share)])
+        raise InputError(failed[0][1][1], param=failed[0][1][2])
     out: list[tuple[Any, ...]] = [()] * len(chosen)
     for share, verdicts in zip(shares, done, strict=True):
-        if verdicts and verdicts[0][0] == "error":
-            raise InputError(verdicts[0][1], param=verdicts[0][2])
         for i, v in zip(share, verdicts, strict=True):
             out[i] = v
     return out

@@ -447,10 +447,12 @@ def stage_kernels(
     shard: Shard, roof: Roof,
 ) -> tuple[Parts, np.ndarray]:  # fmt: skip
     """:func:`placed_stage`'s kernels at many micro-batch sizes at once — the stage's operators
-    costed on an array of micro-batches, as :mod:`attnroof.model.grid` costs a step on a grid —
+    costed on an array of micro-batches (of Python ints, so that no count wraps as an int64's
+    would at a long context: the same numbers as one size at a time), as :mod:`attnroof.model.grid`
+    costs a step on a grid —
     as their parts (:func:`attnroof.model.busy.kernel_parts`, each sum an array over the sizes)
     and their weight gradients' time (an array)."""
-    batch = np.asarray(micros)
+    batch = np.array([int(m) for m in micros], dtype=object)  # Python ints: exact, never wrapping
     ops = train_ops(
         model, batch, context, prec, fused=fused, recompute=recompute, shard=standing_for(model, shard)
     )

@@ -74,12 +74,15 @@ def causal_half(scores: Num) -> Num:
 
 
 def _is_integer(x: Num) -> bool:
-    """An int, an integer numpy scalar or array, or a sympy integer (not a symbol or a float)."""
+    """An int, an integer numpy scalar or array (or an array of Python ints, which never
+    overflow), or a sympy integer (not a symbol or a float)."""
     if isinstance(x, bool):
         return False
     if isinstance(x, numbers.Integral):
         return True
     kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if kind == "O":
+        return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in x.flat)
     return kind in ("i", "u")
 
 

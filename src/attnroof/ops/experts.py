@@ -19,6 +19,7 @@ One expert GEMM kernel (grouped over the touched experts)::
 
 from __future__ import annotations
 
+from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.errors import InputError
@@ -76,6 +77,7 @@ def expert_gemm(
     >>> c.flops == 2 * 2 * 4096 * 28672, c.bytes == 2 * 2 * (4096 * 28672 + 4096 + 28672)
     (True, True)
     """
+    validate.positive("tokens", tokens)  # an expectation: whole or not
     w_item = itemsize if weight_itemsize is None else weight_itemsize
     routed = tokens * top_k * imbalance  # token-expert pairs (the busiest device's: F × the mean)
     touched = touched_experts(tokens, experts, top_k, routing)
