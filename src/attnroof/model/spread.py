@@ -115,8 +115,12 @@ class StageResult:
         return kernel_parts_of(self.ops, self.passes) + comm_parts(self.comms, self.step_comms)
 
     @_kept
+    def _dense(self) -> Dense:
+        return Dense.of([self.parts])
+
+    @_kept
     def _times(self) -> Times:
-        return stage_times(Dense.of([self.parts]), self.overlap)
+        return stage_times(self._dense, self.overlap)
 
     @_kept
     def compute_time_s(self) -> float:
@@ -135,7 +139,7 @@ class StageResult:
         return self._on_links(self._times.sync, {k[1] for k in self.parts.sync})
 
     def _on_links(self, row: Any, used: set[str]) -> dict[str, float]:
-        links = Dense.of([self.parts]).axes.links
+        links = self._dense.axes.links
         return {link: float(row[0, i]) for i, link in enumerate(links) if link in used}
 
     @_kept
