@@ -233,24 +233,49 @@ def _attention(
     else:
         scores = group * kept_scores(s_q, s_kv, skip, window)  # elements of S (and of P) per KV head
         keys = s_kv
+    mask = None
+    if not fused and causal and mask_pass:  # a pass of its own: read S and the mask, write S
+        # one mask element per score, like S: counted per query head (the same s_q × s_kv mask
+        # is read again for every head it is broadcast over)
+        mask = Access("mask", group * s_q * s_kv * MASK_BYTES_PER_ELEMENT)
+    return score_table(
+        scores, s_q, keys, d, d_v=d_v, group=group, itemsize=itemsize, kv_itemsize=kv_itemsize,
+        softmax_flops_per_element=softmax_flops_per_element, fused=fused, mask=mask,
+    )  # fmt: skip
+
+
+def score_table(
+    scores: Num,
+    queries: Num,
+    keys: Num,
+    d: Num,
+    *,
+    d_v: Num | None,
+    group: Num,
+    itemsize: Num,
+    kv_itemsize: Num,
+    softmax_flops_per_element: Num,
+    fused: bool,
+    mask: Access | None = None,
+) -> Cost:
+    """The stage table of one KV head's attention, whatever decides which scores it keeps (a
+    causal triangle, a window's band, attention chunks): ``scores`` kept over its ``group``
+    query heads of ``queries`` tokens, K and V of ``keys``. Fused, one kernel reading Q, K, V
+    and writing O; unfused, Q·Kᵀ, the softmax and P·V through S and P (and, with a ``mask``
+    read, a masking pass of its own)."""
     dv = d if d_v is None else d_v
     qk_flops = scores * matmul_flops(1, d, 1)  # each score: a (1×d)·(d×1) dot product
     pv_flops = scores * matmul_flops(1, 1, dv)  # each kept score weights one d_v-vector of V
     sm_flops = softmax_flops(scores, softmax_flops_per_element)
 
-    q = Access("Q", group * s_q * d * itemsize)
+    q = Access("Q", group * queries * d * itemsize)
     k = Access("K", keys * d * kv_itemsize)
     v = Access("V", keys * dv * kv_itemsize)
-    o = Access("O", group * s_q * dv * itemsize)
+    o = Access("O", group * queries * dv * itemsize)
     if fused:
         return Cost((Stage(FUSED, qk_flops + sm_flops + pv_flops, (q, k, v), (o,)),))
     s = scores * itemsize
-    masking: tuple[Stage, ...] = ()
-    if causal and mask_pass:  # a pass of its own: read S and the mask, write S
-        # one mask element per score, like S: counted per query head (the same s_q × s_kv mask
-        # is read again for every head it is broadcast over)
-        mask = Access("mask", group * s_q * s_kv * MASK_BYTES_PER_ELEMENT)
-        masking = (Stage(MASK, 0, (Access("S", s), mask), (Access("S", s),)),)
+    masking = () if mask is None else (Stage(MASK, 0, (Access("S", s), mask), (Access("S", s),)),)
     return Cost(
         (
             Stage(QK, qk_flops, (q, k), (Access("S", s),)),

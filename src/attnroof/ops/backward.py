@@ -119,16 +119,39 @@ def _attention_backward(
         s_kv = chunk_keys(s_q, s_kv, window)
     else:
         scores = group * kept_scores(s_q, s_kv, causal, window)
+    return score_backward_table(
+        scores, s_q, s_kv, d, d_v=d_v, group=group, itemsize=itemsize, kv_itemsize=kv_itemsize,
+        softmax_flops_per_element=softmax_flops_per_element, fused=fused,
+    )  # fmt: skip
+
+
+def score_backward_table(
+    scores: Num,
+    queries: Num,
+    keys: Num,
+    d: Num,
+    *,
+    d_v: Num | None,
+    group: Num,
+    itemsize: Num,
+    kv_itemsize: Num,
+    softmax_flops_per_element: Num,
+    fused: bool,
+) -> Cost:
+    """The backward's stage table of one KV head's attention, whatever decides which scores it
+    keeps: ``scores`` over ``group`` query heads of ``queries`` tokens, dK and dV of ``keys``.
+    Fused (FlashAttention-2), a preprocess and one kernel of five products per score; unfused,
+    four products and the softmax's backward through P, dP and dS."""
     dv_ = d if d_v is None else d_v
     mm = scores * matmul_flops(1, d, 1)  # one s×s×d product (S, dQ, dK), per kept score
     mm_v = scores * matmul_flops(1, 1, dv_)  # one s×s×d_v product (dV, dP)
     e = scores * softmax_flops_per_element
-    q, dq = (Access(t, group * s_q * d * itemsize) for t in ("Q", "dQ"))
-    o, do = (Access(t, group * s_q * dv_ * itemsize) for t in ("O", "dO"))
-    k, dk = (Access(t, s_kv * d * kv_itemsize) for t in ("K", "dK"))
-    v, dv = (Access(t, s_kv * dv_ * kv_itemsize) for t in ("V", "dV"))
+    q, dq = (Access(t, group * queries * d * itemsize) for t in ("Q", "dQ"))
+    o, do = (Access(t, group * queries * dv_ * itemsize) for t in ("O", "dO"))
+    k, dk = (Access(t, keys * d * kv_itemsize) for t in ("K", "dK"))
+    v, dv = (Access(t, keys * dv_ * kv_itemsize) for t in ("V", "dV"))
     if fused:
-        rows = group * s_q * FP32_BYTES
+        rows = group * queries * FP32_BYTES
         lse, dd = Access("L", rows), Access("D", rows)
         return Cost(
             (

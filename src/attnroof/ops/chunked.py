@@ -36,11 +36,10 @@ At p = 0 it is prefill's count; at q = 1, decode's ((s − 1) mod C) + 1.
 from __future__ import annotations
 
 from attnroof import arrays, validate
-from attnroof.cost import Access, Cost, Num, Stage
+from attnroof.cost import Cost, Num
 from attnroof.dtypes import BF16_BYTES
-from attnroof.ops.attention import FUSED, PV, QK, SOFTMAX, causal_half
-from attnroof.ops.backward import BACKWARD_MATMULS_FUSED, FP32_BYTES
-from attnroof.ops.matmul import FLOPS_PER_MAC
+from attnroof.ops.attention import causal_half, score_table
+from attnroof.ops.backward import score_backward_table
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
 
@@ -121,34 +120,21 @@ def chunk_of_queries(
     validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
     scores = group * chunk_of_queries_scores(s_q, s_kv, chunk)
     keys = chunk_of_queries_keys(s_q, s_kv, chunk)
-    return _cost(
+    return _table(
         scores, s_q, keys, d, d_v, group, itemsize, kv_itemsize, softmax_flops_per_element, fused
     ) * (batch * kv_heads)
 
 
-def _cost(
+def _table(
     scores: Num, queries: Num, keys: Num, d: Num, d_v: Num | None, group: Num, itemsize: Num,
     kv_itemsize: Num | None, softmax_flops_per_element: Num, fused: bool,
 ) -> Cost:  # fmt: skip
-    """One KV head's stage table: ``scores`` over ``group`` query heads of ``queries`` tokens,
-    K and V of ``keys`` (the module's table)."""
+    """Attention's stage table (:func:`attnroof.ops.attention.score_table`) over the chunks' scores."""
     kv = itemsize if kv_itemsize is None else kv_itemsize
-    dv = d if d_v is None else d_v
-    qk, pv = scores * FLOPS_PER_MAC * d, scores * FLOPS_PER_MAC * dv
-    sm = scores * softmax_flops_per_element
-    q, o = Access("Q", group * queries * d * itemsize), Access("O", group * queries * dv * itemsize)
-    k, v = Access("K", keys * d * kv), Access("V", keys * dv * kv)
-    if fused:
-        return Cost((Stage(FUSED, qk + sm + pv, (q, k, v), (o,)),))
-    sb = Access("S", scores * itemsize)
-    pb = Access("P", scores * itemsize)
-    return Cost(
-        (
-            Stage(QK, qk, (q, k), (sb,)),
-            Stage(SOFTMAX, sm, (sb,), (pb,)),
-            Stage(PV, pv, (pb, v), (o,)),
-        )
-    )
+    return score_table(
+        scores, queries, keys, d, d_v=d_v, group=group, itemsize=itemsize, kv_itemsize=kv,
+        softmax_flops_per_element=softmax_flops_per_element, fused=fused,
+    )  # fmt: skip
 
 
 def _check(s: Num, d: Num, chunk: Num, group: Num, batch: Num, kv_heads: Num, itemsize: Num) -> None:
@@ -182,7 +168,7 @@ def chunked_attention(
     _check(s, d, chunk, group, batch, kv_heads, itemsize)
     validate.nonnegative("softmax_flops_per_element", softmax_flops_per_element)
     scores = group * chunk_scores(s, chunk)
-    one = _cost(scores, s, s, d, d_v, group, itemsize, kv_itemsize, softmax_flops_per_element, fused)
+    one = _table(scores, s, s, d, d_v, group, itemsize, kv_itemsize, softmax_flops_per_element, fused)
     return one * (batch * kv_heads)
 
 
@@ -211,38 +197,9 @@ def chunked_attention_backward(
     """
     _check(s, d, chunk, group, batch, kv_heads, itemsize)
     kv = itemsize if kv_itemsize is None else kv_itemsize
-    dv_ = d if d_v is None else d_v
     scores = group * chunk_scores(s, chunk)
-    mm, mm_v = scores * FLOPS_PER_MAC * d, scores * FLOPS_PER_MAC * dv_
-    e = scores * softmax_flops_per_element
-    q, dq = (Access(t, group * s * d * itemsize) for t in ("Q", "dQ"))
-    o, do = (Access(t, group * s * dv_ * itemsize) for t in ("O", "dO"))
-    k, dk = (Access(t, s * d * kv) for t in ("K", "dK"))
-    v, dv = (Access(t, s * dv_ * kv) for t in ("V", "dV"))
-    if fused:
-        rows = group * s * FP32_BYTES
-        lse, dd = Access("L", rows), Access("D", rows)
-        one = Cost(
-            (
-                Stage("backward preprocess", 0, (o, do), (dd,)),
-                Stage(
-                    "fused attention backward",
-                    (BACKWARD_MATMULS_FUSED - 2) * mm + 2 * mm_v + e,
-                    (q, k, v, do, lse, dd),
-                    (dq, dk, dv),
-                ),
-            )
-        )
-    else:
-        sb = scores * itemsize
-        p, dp, ds = Access("P", sb), Access("dP", sb), Access("dS", sb)
-        one = Cost(
-            (
-                Stage("dV = Pᵀ·dO", mm_v, (p, do), (dv,)),
-                Stage("dP = dO·Vᵀ", mm_v, (do, v), (dp,)),
-                Stage("softmax backward", e, (p, dp), (ds,)),
-                Stage("dQ = dS·K", mm, (ds, k), (dq,)),
-                Stage("dK = dSᵀ·Q", mm, (ds, q), (dk,)),
-            )
-        )
+    one = score_backward_table(
+        scores, s, s, d, d_v=d_v, group=group, itemsize=itemsize, kv_itemsize=kv,
+        softmax_flops_per_element=softmax_flops_per_element, fused=fused,
+    )  # fmt: skip
     return one * (batch * kv_heads)
