@@ -81,6 +81,28 @@ def test_chunked_local_attention_chunk_counts_pairs(s_q: int, s_kv: int, c: int)
     assert chunk_of_queries_keys(s_q, s_kv, c) == s_kv - first_seen
 
 
+@pytest.mark.parametrize(("s_q", "s_kv", "c"), [(7, 40, 16), (20, 40, 16), (17, 48, 16), (33, 40, 8)])
+def test_chunked_local_attention_chunk_is_transformers_mask(s_q: int, s_kv: int, c: int):
+    """The pairs a chunk of new queries keeps against the cache are those of transformers' own
+    mask for Llama 4's chunked layers (``masking_utils.chunked_causal_mask_function``, no left
+    padding), and the keys it reads start at its first query's first kept key."""
+    torch = pytest.importorskip("torch")
+    masking = pytest.importorskip("transformers.masking_utils")
+    from attnroof.ops.chunked import chunk_of_queries_keys, chunk_of_queries_scores
+
+    keep = masking.chunked_causal_mask_function(c, torch.zeros(1, dtype=torch.long))
+    past = s_kv - s_q
+    at = torch.tensor  # the mask functions take index tensors, as torch's vmap hands them
+    pairs = [(q, k) for q in range(past, s_kv) for k in range(s_kv) if bool(keep(at(0), at(0), at(q), at(k)))]
+    rect = sum(1 for _, k in pairs if k < past)
+    new_tokens: dict[int, int] = {}
+    for q in range(past, s_kv):
+        new_tokens[q // c] = new_tokens.get(q // c, 0) + 1
+    triangles = sum(-(-(n * n) // 2) for n in new_tokens.values())  # prefill's convention for the new tokens
+    assert chunk_of_queries_scores(s_q, s_kv, c) == rect + triangles
+    assert chunk_of_queries_keys(s_q, s_kv, c) == s_kv - min(k for _, k in pairs)
+
+
 def test_chunk_ends_are_prefill_and_decode():
     assert chunk(4096, 4096, 128, group=4) == attention(4096, 128, causal=True, fused=True, group=4)
     assert chunk(1, 4096, 128, fused=False, group=4) == decode(4096, 128, group=4)
