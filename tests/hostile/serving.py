@@ -62,7 +62,19 @@ CASES = [
         "requests file not JSON",
         REQ,
         files={"r.jsonl": "{input_tokens: 5}\n"},
-        error=("r.jsonl:1", "not JSON"),
+        error=("r.jsonl:1", "not valid JSON"),
+    ),
+    Case(
+        "requests file 5,000-digit number",
+        REQ,
+        files={"r.jsonl": '{"input_tokens": ' + "9" * 5000 + ', "output_tokens": 5}\n'},
+        error=("r.jsonl:1", "more digits than any figure"),
+    ),
+    Case(
+        "requests file twin keys",
+        REQ,
+        files={"r.jsonl": '{"input_tokens": 5, "input_tokens": 6, "output_tokens": 5}\n'},
+        error=("r.jsonl:1", "input_tokens"),
     ),
     Case("requests file a list", REQ, files={"r.jsonl": "[1, 2]\n"}, error=("r.jsonl:1", "JSON object")),
     Case(

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from attnroof.errors import InputError
+from attnroof.errors import InputError, parse_json
 from attnroof.validate import positive, size
 
 FIELDS = ("input_tokens", "output_tokens", "arrival_s")
@@ -118,10 +118,7 @@ def from_jsonl(
         if not line.strip():
             continue
         where = f"{origin}:{number}"
-        try:
-            row = json.loads(line, parse_constant=_no_constant)
-        except ValueError as e:
-            raise InputError(f"{where}: not JSON ({e})") from None
+        row = parse_json(line, where, InputError)  # strict: no NaN, no 5,000-digit number, no twin keys
         if not isinstance(row, dict):
             raise InputError(f"{where}: a request is a JSON object, not {type(row).__name__}")
         rows.append(_request(row, where))
@@ -150,10 +147,6 @@ def from_jsonl(
     r = math.inf if rate is None else rate
     at = np.zeros(len(rows)) if concurrency else arrivals(len(rows), r, burstiness, rng)
     return Workload(at, ins, outs, concurrency, r, burstiness)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 MAX_ARRIVAL_S = 1e12
