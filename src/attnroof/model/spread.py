@@ -394,12 +394,13 @@ def placed_ops(
     which a plan search asks for once per DP degree, micro-batch count and schedule."""
     shard = standing_for(model, shard)
     try:
-        return _placed_ops(model, phase, micro, here, prec, shard, roof, options)
+        hash(options)
     except TypeError:  # an option that cannot be a key (an array): worked out afresh
         return tuple(
             place_op(o, roof)
             for o in model_ops(model, phase, micro, here, prec, shard=shard, **dict(options))
         )
+    return _placed_ops(model, phase, micro, here, prec, shard, roof, options)
 
 
 @functools.lru_cache(maxsize=65536)
