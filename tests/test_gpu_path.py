@@ -427,6 +427,26 @@ def test_a_stopped_measurement_takes_ncu_and_its_child_with_it(tmp_path, sig, co
     assert _gone(child), f"the profiled stand-in {child} outlived the measurement"
 
 
+@pytest.mark.parametrize("sig, code", [("SIGTERM", -15), ("SIGINT", -2)])
+def test_a_stop_before_the_group_is_known_still_takes_it(tmp_path, sig, code):
+    """The stop signal that came while ncu was still starting (before its process id was known:
+    the window that made the test above fail now and then under load) waits for the group and
+    kills it: here it is sent before the stand-in starts, and the stand-in does not outlive it."""
+    pidfile = tmp_path / "pid"
+    script = (
+        "import os, signal, subprocess; from attnroof.measure import ncu\n"
+        "with ncu._group_dies_with_us() as started:\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    p = subprocess.Popen(['sleep', '120'], start_new_session=True)\n"
+        f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "    started(p.pid)\n"
+        "    p.wait()\n"
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert parent.returncode == code, parent.stderr
+    assert _gone(int(pidfile.read_text())), "the stand-in outlived the stop"
+
+
 def test_ncu_child_replaces_done_json_whole_after_each_case(tmp_path, monkeypatch):
     """done.json is read by the parent after a timeout, possibly while the child writes it: each
     write is a whole new file renamed over the old (outfile's atomic write), never a half one."""

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,11 +216,13 @@ def run_group(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> t
     The group is killed too when this process is told to stop (SIGTERM, SIGINT, SIGHUP: a step's
     ``timeout`` reaches only its own group, not ncu's new session) or leaves by an exception; the
     signal then takes its usual course."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env), start_new_session=True
-    )
-    try:
-        with _group_dies_with_us(proc.pid):
+    with _group_dies_with_us() as started:  # set before the group starts: no signal slips past
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env),
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            started(proc.pid)
             try:
                 out, err = proc.communicate(timeout=timeout_s)
                 return proc.returncode, out, err
@@ -228,10 +230,10 @@ def run_group(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> t
                 _kill_group(proc.pid)
                 out, err = proc.communicate()
                 return None, out or "", err or ""
-    finally:
-        if proc.poll() is None:  # left by an exception or a signal: nothing of it lives on
-            _kill_group(proc.pid)
-            proc.wait()
+        finally:
+            if proc.poll() is None:  # left by an exception or a signal: nothing of it lives on
+                _kill_group(proc.pid)
+                proc.wait()
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -243,17 +245,21 @@ def _kill_group(pgid: int) -> None:
 
 
 @contextlib.contextmanager
-def _group_dies_with_us(pgid: int) -> Iterator[None]:
-    """While inside: a stop signal kills the group ``pgid`` first, then does what it did before
-    (the default handler: this process ends by that signal; Python's SIGINT handler:
-    KeyboardInterrupt). Signal handlers can be set only in the main thread: elsewhere, nothing."""
+def _group_dies_with_us() -> Iterator[Callable[[int], None]]:
+    """While inside: a stop signal kills the process group handed to the ``started`` callable it
+    yields, then does what it did before (the default handler: this process ends by that signal;
+    Python's SIGINT handler: KeyboardInterrupt). A signal that comes before the group is known
+    (its process still starting) waits for it, then kills it. Signal handlers can be set only in
+    the main thread: elsewhere, nothing."""
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield lambda pgid: None
         return
     before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    group: list[int] = []
+    pending: list[int] = []
 
-    def handler(signum: int, frame: Any) -> None:
-        _kill_group(pgid)
+    def stop(signum: int, frame: Any) -> None:
+        _kill_group(group[0])
         for sig, old in before.items():
             if old is not None:
                 signal.signal(sig, old)
@@ -263,11 +269,22 @@ def _group_dies_with_us(pgid: int) -> Iterator[None]:
         else:
             os.kill(os.getpid(), signum)  # the default again: this process ends by the signal
 
+    def handler(signum: int, frame: Any) -> None:
+        if group:
+            stop(signum, frame)
+        else:  # the group is not started yet: it is stopped as soon as it is
+            pending.append(signum)
+
+    def started(pgid: int) -> None:
+        group.append(pgid)
+        if pending:
+            stop(pending[0], None)
+
     for sig, old in before.items():
         if old not in (signal.SIG_IGN, None):  # None: a handler not set from Python, left alone
             signal.signal(sig, handler)
     try:
-        yield
+        yield started
     finally:
         for sig, old in before.items():
             if old is not None:
