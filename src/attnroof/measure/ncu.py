@@ -7,6 +7,10 @@ marker kernels, and read the counters back from its CSV.
 The child process runs each case once to warm up, then ``torch.cuda._sleep`` (a kernel named
 ``spin_kernel``), the case, and another ``spin_kernel``: the kernels between a pair of markers are
 that case's. The parser needs no torch.
+
+Length: the ncu command, the child that runs the cases, the CSV parser, and running ncu's process
+group so that a timeout or a stop signal leaves nothing of it holding the GPU — one tool's whole
+round trip, each part reading the others' markers and files.
 """
 
 from __future__ import annotations
