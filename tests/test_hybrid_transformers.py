@@ -108,7 +108,7 @@ def decode_reference(name: str) -> int:
         warnings.simplefilter("ignore")
         model = transformers.AutoModelForCausalLM.from_config(
             cfg, attn_implementation="eager", experts_implementation="batched_mm"
-        ).eval()
+        ).eval().requires_grad_(False)  # see build() in test_transformers_flops.py
         cache = transformers.DynamicCache(config=cfg)
         _run(model, cfg, PROMPT - 1, cache)
         counter = FlopCounterMode(display=False)
@@ -149,7 +149,7 @@ def reference(name: str) -> tuple[int, int]:
         warnings.simplefilter("ignore")
         model = transformers.AutoModelForCausalLM.from_config(
             cfg, attn_implementation="eager", experts_implementation="batched_mm"
-        ).eval()
+        ).eval().requires_grad_(False)  # see build() in test_transformers_flops.py
         ids = torch.zeros(1, PROMPT, dtype=torch.long, device="meta")
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:

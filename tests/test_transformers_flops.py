@@ -142,7 +142,11 @@ def build(name: str) -> tuple[Any, Any]:
         model = transformers.AutoModelForCausalLM.from_config(
             cfg, attn_implementation="eager", experts_implementation="batched_mm"
         )
-    return cfg, model.eval()
+    # an inference count: no parameter asks for a gradient. FlopCounterMode's module tracker hooks
+    # the gradients of the parameters that do, and a hub kernel layer (the `kernels` package,
+    # which transformers 5.25 uses for Qwen3-Next's causal conv1d) runs them under no_grad with none
+    # to hook: "Expected gradient function to be set"
+    return cfg, model.eval().requires_grad_(False)
 
 
 def _forward_keywords(model: Any) -> tuple[str, str]:
