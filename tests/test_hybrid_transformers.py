@@ -106,9 +106,13 @@ def decode_reference(name: str) -> int:
     cfg = transformers_config(name)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, attn_implementation="eager", experts_implementation="batched_mm"
-        ).eval().requires_grad_(False)  # see build() in test_transformers_flops.py
+        model = (
+            transformers.AutoModelForCausalLM.from_config(
+                cfg, attn_implementation="eager", experts_implementation="batched_mm"
+            )
+            .eval()
+            .requires_grad_(False)
+        )  # see build() in test_transformers_flops.py
         cache = transformers.DynamicCache(config=cfg)
         _run(model, cfg, PROMPT - 1, cache)
         counter = FlopCounterMode(display=False)
@@ -147,9 +151,13 @@ def reference(name: str) -> tuple[int, int]:
     cfg = transformers_config(name)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, attn_implementation="eager", experts_implementation="batched_mm"
-        ).eval().requires_grad_(False)  # see build() in test_transformers_flops.py
+        model = (
+            transformers.AutoModelForCausalLM.from_config(
+                cfg, attn_implementation="eager", experts_implementation="batched_mm"
+            )
+            .eval()
+            .requires_grad_(False)
+        )  # see build() in test_transformers_flops.py
         ids = torch.zeros(1, PROMPT, dtype=torch.long, device="meta")
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
