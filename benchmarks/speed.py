@@ -5,7 +5,9 @@ Throughput, the median of several runs:
 - ``attnroof sheet`` from a cold start (a new interpreter each run): target < 1.5 s wall.
 - a vectorised sweep of 1,000,000 (s, d) points, unfused and fused: target < 1 s.
 - a whole model (Llama-3.1-8B decode) on a 100 × 100 grid of batch × context, one evaluation
-  of its layer table on arrays: target < 1 s.
+  of its layer table on arrays and the grid's summary: target < 1 s; and the same grid as a
+  command (``attnroof model --sweep-batch 1,…,100 --sweep-context 256,…,25600``, a new
+  interpreter each run), its table and ``--json``: target < 1 s wall.
 - a plan search, ``attnroof plan`` for Llama-3.1-70B on 64 H100s, 4M tokens of 8192 a step (a new
   interpreter each run): target ≤ 5 s wall, and the plans it tries a second reported; the whole
   search (every CP degree and schedule) and the 1F1B, CP-1 part of it (``--where``); and the
@@ -63,12 +65,13 @@ sys.path.insert(0, str(SRC))
 
 from attnroof.analysis import sweep  # noqa: E402 (after the path insert)
 from attnroof.model.config import builtin  # noqa: E402
-from attnroof.model.grid import grid  # noqa: E402
+from attnroof.model.grid import grid, summary  # noqa: E402
 from attnroof.roofline import Roof  # noqa: E402
 
 SHEET_TARGET_S = 1.5
 SWEEP_TARGET_S = 1.0
 GRID_TARGET_S = 1.0
+GRID_COMMAND_TARGET_S = 1.0
 PEER_RATIO_TARGET = 1.0
 POINTS = 1_000_000
 GRID_SIDE = 100
@@ -127,7 +130,13 @@ def time_grid() -> list[float]:
     contexts = np.linspace(128, 131072, GRID_SIDE).round()
     g = grid(model, "decode", batches, contexts, roof, capacity_bytes=80e9)
     assert g.time_s.size == GRID_SIDE * GRID_SIDE
-    return _warm(lambda: grid(model, "decode", batches, contexts, roof, capacity_bytes=80e9))
+    return _warm(lambda: summary(grid(model, "decode", batches, contexts, roof, capacity_bytes=80e9)))
+
+
+GRID_COMMAND = ["model", "--model", "llama-3.1-8b", "--device", "h100",
+                "--sweep-batch", ",".join(str(b) for b in range(1, GRID_SIDE + 1)),
+                "--sweep-context", ",".join(str(256 * i) for i in range(1, GRID_SIDE + 1))]  # fmt: skip
+"""The grid as a user runs it: 10,000 decode steps, batch 1..100 × context 256..25,600."""
 
 
 def paired(commands: dict[str, Command], rounds: int, seed: int = 0) -> dict[str, list[float]]:
@@ -305,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
             GRID_TARGET_S,
             "s",
         )
+        for extra in ([], ["--json"]):
+            report(
+                f"model --sweep-batch × --sweep-context{' --json' if extra else ''}, new interpreter, "
+                f"median of {SHEET_RUNS}",
+                statistics.median(_once(_attnroof([*GRID_COMMAND, *extra])) for _ in range(SHEET_RUNS)),
+                GRID_COMMAND_TARGET_S,
+                "s",
+            )
 
         for *label, argv in (("64", "every plan", PLAN), ("64", "1F1B, CP 1", PLAN_1F1B),
                              ("256", "every plan", PLAN_MANY)):  # fmt: skip

@@ -75,10 +75,12 @@ def _redraws(d: Any) -> int:
     return int(d.execute_script("return document.body.dataset.redraws || 0"))
 
 
-def _wait(d: Any, after: int, what: str = "redraws", timeout: float = 60) -> None:
-    deadline = time.time() + timeout
+def _wait(d: Any, after: int, what: str = "redraws", timeout: float = 300) -> None:
+    """Until the page's counter passes ``after`` (it says it has redrawn): a wait on the page's
+    state; the limit only keeps a broken page from hanging the suite."""
+    deadline = time.monotonic() + timeout
     while int(d.execute_script(f"return document.body.dataset.{what} || 0")) <= after:
-        assert time.time() < deadline, f"the page did not redraw within {timeout} s"
+        assert time.monotonic() < deadline, f"the page did not redraw within {timeout} s"
         time.sleep(0.05)
 
 

@@ -264,7 +264,7 @@ def test_the_command_prints_its_url_and_serves(tmp_path):
     url = line.split()[2]
     status, text = _get(f"{url}api/devices?name=H100+SXM")
     assert status == 200 and json.loads(text)["devices"][0]["bandwidth_bytes_per_s"] == 3.35e12
-    assert proc.wait(30) == 0
+    assert proc.wait(300) == 0  # a limit only against a hang: it stops after the one request
 
 
 def test_a_bad_port_is_one_line():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 
@@ -82,14 +81,14 @@ def test_where_the_step_turns_compute_bound_and_stops_fitting():
     assert "| 131,072 |                        1 |                       2 |" in text.stdout
 
 
-def test_a_100_by_100_grid_answers_in_well_under_a_second():
+def test_a_100_by_100_grid_answers():
+    """10,000 cells, in the library and as a command (how fast: ``benchmarks/speed.py``, whose
+    targets are under a second for each; a test asserts no time)."""
     m = builtin("llama-3.1-8b")
     batches, contexts = list(range(1, 101)), [256 * i for i in range(1, 101)]
-    start = time.perf_counter()
     g = grid(m, "decode", batches, contexts, Roof(989e12, 3.35e12), capacity_bytes=80e9)
     summary(g)
     assert g.time_s.shape == (100, 100)
-    assert time.perf_counter() - start < 0.5  # measured: about 0.01 s (docs/speed.md)
     r = run_cli(
         *L8, "--sweep-batch", ",".join(map(str, batches)), "--sweep-context", ",".join(map(str, contexts))
     )

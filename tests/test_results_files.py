@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -65,29 +64,51 @@ def _write(path: Path, records: list[dict[str, Any]]) -> Path:
 # ---------------------------------------------------------------- 1. one writer, each key once
 
 
+HELD = (
+    "import sys\n"
+    "from attnroof import outfile\n"
+    "from attnroof.cli import main\n"
+    "class Held(outfile.Lock):\n"
+    "    def __init__(self, *args, **kwargs):\n"
+    "        super().__init__(*args, **kwargs)\n"
+    "        print('locked', flush=True)\n"
+    "        sys.stdin.readline()\n"
+    "outfile.Lock = Held\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+"""``attnroof ARGV`` that, once it holds its output's lock, says ``locked`` and waits for a line on
+stdin before it goes on: a test runs a second writer while the first is known to hold the lock,
+whatever the machine's load (no race with the first run's own pace)."""
+
+
 def test_a_second_campaign_on_the_same_output_is_refused_while_the_first_runs(tmp_path: Path) -> None:
-    """Two real processes: the first holds the lock while it measures (its quick ceilings take
-    seconds); the second, started then, gets one line naming the file and the holder's process,
-    and the finished file holds the first run's record once."""
+    """Two real processes: the first takes the lock and is held there (:data:`HELD`); the second,
+    started then, gets one line naming the file and the holder's process; let go, the first
+    measures, and the finished file holds its record once."""
     pytest.importorskip("torch")
     out = tmp_path / "r.jsonl"
     lock = tmp_path / ".r.jsonl.lock"
     argv = ["measure", "linear", "-n", "1", "-k", "64", "-m", "64", "--cpu", "-o", str(out)]
     env = {**os.environ, "PYTHONPATH": str(SRC), **CPU}
     first = subprocess.Popen(
-        [sys.executable, "-m", "attnroof", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", HELD, *argv],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    assert first.stdout is not None
     try:
-        deadline = time.monotonic() + 60
-        while not (lock.exists() and lock.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert lock.exists(), "the first run never took the lock"
+        said = first.stdout.readline()  # blocks until the first run holds the lock (or has ended)
+        assert said == "locked\n", (said, first.communicate(timeout=600))
+        assert lock.read_text().startswith(f"process {first.pid}, since ")
         second = run_cli_process(*argv, env=CPU)
         assert_one_line_error(
             second, str(out), "is being written by another attnroof run", f"process {first.pid}"
         )
     finally:
-        _, err = first.communicate(timeout=120)
+        _, err = first.communicate("go\n", timeout=600)  # a limit only against a hang
     assert first.returncode == 0, err
     assert [json.loads(line)["key"] for line in out.read_text().splitlines()] == [
         "linear/linear/bf16/n=1,k=64,m=64"
