@@ -19,7 +19,7 @@ import pytest
 
 from attnroof import outfile
 from attnroof.errors import InputError
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, needs_torch, run_cli
 
 CPU = {"ATTNROOF_CPU_THREADS": "1"}
 
@@ -105,6 +105,7 @@ LINEAR_KEYS = [f"linear/linear/bf16/n={n},k=1024,m=1024" for n in (1, 32, 256)]
 # ---------------------------------------------------------------- a device node
 
 
+@needs_torch
 def test_suite_into_a_device_node_leaves_the_node(tmp_path, ceilings_file):
     node = make_node(tmp_path / "null")
     res = _suite(node, ceilings_file)
@@ -113,6 +114,7 @@ def test_suite_into_a_device_node_leaves_the_node(tmp_path, ceilings_file):
     assert os.listdir(tmp_path) == ["null"]  # and left no temporary file beside it
 
 
+@needs_torch
 def test_linear_into_a_device_node_leaves_the_node(tmp_path, ceilings_file):
     node = make_node(tmp_path / "null")
     res = _linear(node, ceilings_file)
@@ -121,6 +123,7 @@ def test_linear_into_a_device_node_leaves_the_node(tmp_path, ceilings_file):
     assert os.listdir(tmp_path) == ["null"]
 
 
+@needs_torch
 def test_ceilings_into_a_device_node_leaves_the_node(tmp_path):
     node = make_node(tmp_path / "null")
     res = run_cli("measure", "ceilings", "--quick", "--cpu", "-o", str(node), env=CPU)
@@ -150,6 +153,7 @@ def _link(tmp_path: Path, name: str) -> tuple[Path, Path]:
     return link, target
 
 
+@needs_torch
 def test_suite_through_a_symlink_writes_its_target(tmp_path, ceilings_file):
     link, target = _link(tmp_path, "r.jsonl")  # dangling: the target is created
     res = _suite(link, ceilings_file)
@@ -163,6 +167,7 @@ def test_suite_through_a_symlink_writes_its_target(tmp_path, ceilings_file):
     assert link.is_symlink() and [r["key"] for r in _records(target.read_bytes())] == LINEAR_KEYS
 
 
+@needs_torch
 def test_linear_through_a_symlink_appends_to_its_target(tmp_path, ceilings_file):
     link, target = _link(tmp_path, "m.jsonl")
     target.write_text("")  # an empty file: the old code replaced the link and left this empty
@@ -172,6 +177,7 @@ def test_linear_through_a_symlink_appends_to_its_target(tmp_path, ceilings_file)
     assert [r["key"] for r in _records(target.read_bytes())] == ["linear/linear/bf16/n=2,k=64,m=64"]
 
 
+@needs_torch
 def test_ceilings_through_a_symlink_writes_its_target(tmp_path):
     link, target = _link(tmp_path, "c.json")
     res = run_cli("measure", "ceilings", "--quick", "--cpu", "-o", str(link), "--json", env=CPU)
@@ -197,6 +203,7 @@ def test_plot_and_report_through_a_symlink_write_the_target(tmp_path):
 # ---------------------------------------------------------------- a FIFO
 
 
+@needs_torch
 def test_suite_streams_records_into_a_fifo(tmp_path, ceilings_file):
     reader = FifoReader(tmp_path / "pipe")
     res = _suite(reader.path, ceilings_file)
@@ -205,6 +212,7 @@ def test_suite_streams_records_into_a_fifo(tmp_path, ceilings_file):
     assert stat.S_ISFIFO(os.lstat(reader.path).st_mode)
 
 
+@needs_torch
 def test_linear_streams_into_a_fifo(tmp_path, ceilings_file):
     reader = FifoReader(tmp_path / "pipe")
     res = _linear(reader.path, ceilings_file)
@@ -213,6 +221,7 @@ def test_linear_streams_into_a_fifo(tmp_path, ceilings_file):
     assert stat.S_ISFIFO(os.lstat(reader.path).st_mode)
 
 
+@needs_torch
 def test_ceilings_stream_into_a_fifo(tmp_path):
     reader = FifoReader(tmp_path / "pipe")
     res = run_cli("measure", "ceilings", "--quick", "--cpu", "-o", str(reader.path), env=CPU)
@@ -268,6 +277,7 @@ def test_ceilings_refuse_a_ceilings_file_and_a_stranger(tmp_path):
     assert notes.read_text() == '{"mine": true}\n'
 
 
+@needs_torch
 def test_suite_force_starts_a_file_over(tmp_path, ceilings_file):
     path = tmp_path / "r.jsonl"
     before = _results_file(path)

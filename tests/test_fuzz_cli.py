@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from attnroof.devices import catalog
 from attnroof.model import builtin_names
-from conftest import run_cli, run_cli_process
+from conftest import HAS_TORCH, needs_torch, run_cli, run_cli_process
 
 TOTAL_EXAMPLES = int(os.environ.get("ATTNROOF_FUZZ_EXAMPLES", "150"))
 HOSTILE_PERCENT = 30
@@ -63,6 +63,9 @@ COMMANDS = [
     "plot",
     "report",
 ]
+RUNNABLE = [c for c in COMMANDS if HAS_TORCH or not c.startswith("measure ")]
+"""The commands fuzzed here: ``measure`` needs torch, and without it (the light test extra) its
+fuzz skips."""
 REFUSED_ONLY = {"measure suite"}
 """A whole campaign takes a minute: the fuzz gives it only commands it must refuse before any work."""
 
@@ -559,6 +562,8 @@ def check(argv: list[str], code: int, out: str, err: str) -> None:
 def ceilings(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Ceilings measured once on this CPU, so that each measure command does not re-measure them."""
     path = tmp_path_factory.mktemp("fuzz") / "ceilings.json"
+    if not HAS_TORCH:  # no command fuzzed without torch reads it
+        return path
     code, _, err = run_in_process(["measure", "ceilings", "--quick", "--cpu", "-o", str(path)])
     assert code == 0, err
     return path
@@ -605,7 +610,9 @@ def fuzz(command: str, ceilings: Path, tmp_path_factory: pytest.TempPathFactory)
     return STATS
 
 
-@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, marks=[] if c in RUNNABLE else [needs_torch]) for c in COMMANDS]
+)
 def test_fuzz_cli(command: str, ceilings: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert fuzz(command, ceilings, tmp_path_factory)[f"ran:{command}"] >= 1
 
@@ -613,10 +620,10 @@ def test_fuzz_cli(command: str, ceilings: Path, tmp_path_factory: pytest.TempPat
 def test_fuzz_mostly_succeeds(ceilings: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Over the fuzz of every subcommand (run here if it has not run in this process yet, so that
     this test depends on no order or selection): at least half of the commands succeeded."""
-    for command in COMMANDS:
+    for command in RUNNABLE:
         fuzz(command, ceilings, tmp_path_factory)
     ran = {c for c in COMMANDS if STATS[f"ran:{c}"]}
-    assert ran == set(COMMANDS)
+    assert ran == set(RUNNABLE)
     assert STATS["ok"] >= STATS["total"] / 2, dict(STATS)
     assert STATS["valid_ok"] >= 0.9 * STATS["valid"], dict(STATS)  # a valid command is rarely refused
     print(f"fuzz: {STATS['total']} commands, {STATS['ok']} succeeded ({STATS['ok'] / STATS['total']:.0%})")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import hostile
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, needs_torch, run_cli
 from hostile import Case
 
 CASES: list[Case] = [
@@ -26,7 +26,9 @@ def test_case_ids_are_unique() -> None:
     assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=[needs_torch] if c.needs_torch else []) for c in CASES]
+)
 def test_hostile(case: Case, tmp_path: Path) -> None:
     for name, content in case.files.items():
         path = tmp_path / name

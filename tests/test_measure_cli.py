@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import SRC, assert_one_line_error, run_cli
+from conftest import SRC, assert_one_line_error, needs_torch, run_cli
 
 CPU = {"ATTNROOF_CPU_THREADS": "1"}
 
@@ -86,6 +86,7 @@ def test_ceilings_file_is_a_device_for_the_analytic_commands(ceilings_file):
     assert out["device"] == "measured cpu (test)"
 
 
+@needs_torch
 def test_measure_decode_json(ceilings_file):
     res = run_cli(
         "measure", "decode", "-s", "256", "-d", "16", "--heads", "4", "--group", "2",
@@ -100,6 +101,7 @@ def test_measure_decode_json(ceilings_file):
     assert any("ncu" in n and "not measured" in n for n in out["notes"])  # no CUDA here: one line, go on
 
 
+@needs_torch
 def test_measure_suite_quick_writes_jsonl_and_resumes(ceilings_file, tmp_path):
     out = tmp_path / "r.jsonl"
     args = [
@@ -127,6 +129,7 @@ def test_measure_suite_quick_writes_jsonl_and_resumes(ceilings_file, tmp_path):
     assert [json.loads(ln) for ln in out.read_text().splitlines()] == first
 
 
+@needs_torch
 def test_single_measurements_are_appended_as_made(ceilings_file, tmp_path):
     out = tmp_path / "m.jsonl"
     common = ["--ceilings", str(ceilings_file), "-o", str(out)]
@@ -143,6 +146,7 @@ def test_single_measurements_are_appended_as_made(ceilings_file, tmp_path):
     ]
 
 
+@needs_torch
 def test_measure_ceilings_writes_a_device_file(tmp_path):
     path = tmp_path / "ceilings.json"
     res = run_cli("measure", "ceilings", "--quick", "--device", "R", "-o", str(path), "--json", env=CPU)

@@ -17,7 +17,7 @@ from attnroof.measure.collectives import Item, bus_factor, collective_record, pl
 from attnroof.measure.records import read_records
 from attnroof.measure.schema import COLLECTIVE_OPS, validate_record
 from attnroof.ops.collectives import COLLECTIVE_FN, COLLECTIVES
-from conftest import SRC, assert_one_line_error, run_cli
+from conftest import SRC, assert_one_line_error, needs_torch, run_cli
 
 pytestmark = pytest.mark.xdist_group("measure_collectives")  # one worker: its module fixtures run once
 
@@ -38,6 +38,7 @@ FACTOR_ON_2 = {
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """One real run: every operation at two sizes, two gloo processes, on H100's NVLink roof."""
+    pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("coll") / "r.jsonl"
     r = run_cli("measure", "collectives", *TINY, "--device", "h100", "-o", str(out), "--json")
     assert r.returncode == 0, r.stderr
@@ -168,8 +169,13 @@ def _launched_env(world: int = 2, local_world: int | None = None) -> dict[str, s
 @pytest.mark.parametrize(
     ("env", "args", "needle"),
     [
-        (_launched_env(), ["--world", "3"], "--world 3: torchrun started 2 ranks (WORLD_SIZE)"),
-        (_launched_env(64, 64), [], "--nproc-per-node 64: at most"),
+        pytest.param(
+            _launched_env(),
+            ["--world", "3"],
+            "--world 3: torchrun started 2 ranks (WORLD_SIZE)",
+            marks=needs_torch,
+        ),
+        pytest.param(_launched_env(64, 64), [], "--nproc-per-node 64: at most", marks=needs_torch),
         ({"RANK": "0", "WORLD_SIZE": "2"}, [], "not LOCAL_RANK, MASTER_ADDR, MASTER_PORT"),
         ({**_launched_env(), "RANK": "x"}, [], "RANK='x'"),
         (_launched_env(1), [], "WORLD_SIZE=1: a collective needs 2 ranks"),
@@ -181,6 +187,7 @@ def test_bad_launch_is_one_line_before_any_rank_meets(env, args, needle):
     assert_one_line_error(r, needle)
 
 
+@needs_torch
 def test_a_world_this_machine_cannot_hold_is_refused_naming_world(monkeypatch):
     """Each gloo rank is a Python with torch (~300 MB): a world whose processes alone exceed the
     memory a run may use is refused before any starts, naming --world."""
@@ -203,13 +210,15 @@ def test_a_world_this_machine_cannot_hold_is_refused_naming_world(monkeypatch):
         (["--sizes", "0"], "'0'"),
         (["--sizes", "3X"], "'3X'"),
         (["--sizes", "1M..1K"], "'1M..1K'"),
-        (["--backend", "gloo", "--sizes", "4", "--ops", "all-gather"], "--sizes 4"),
-        (["--backend", "gloo", "--world", "65"], "--world 65"),
+        pytest.param(
+            ["--backend", "gloo", "--sizes", "4", "--ops", "all-gather"], "--sizes 4", marks=needs_torch
+        ),
+        pytest.param(["--backend", "gloo", "--world", "65"], "--world 65", marks=needs_torch),
         (["--backend", "mpi"], "'mpi'"),
         (["--iters", "0"], "'0'"),
         (["--backend", "gloo", "--device", "R"], "scale-up"),  # the spec's device has no links
         (["--backend", "gloo", "--device", "R", "--link", "scale-out"], "scale-out"),
-        (["--backend", "gloo", "--resume"], "--resume"),
+        pytest.param(["--backend", "gloo", "--resume"], "--resume", marks=needs_torch),
         (["--backend", "gloo", "--dtype", "fp8"], "--dtype fp8"),
     ],
 )
@@ -217,6 +226,7 @@ def test_bad_input_is_one_line(args, needle):
     assert_one_line_error(run_cli("measure", "collectives", *args), needle)
 
 
+@needs_torch
 def test_nccl_without_gpus_is_one_line():
     r = run_cli(
         "measure", "collectives", "--backend", "nccl", "--ops", "all-reduce", "--sizes", "1K", "--iters", "1"

@@ -143,10 +143,25 @@ def test_the_readme_is_short_and_keeps_the_two_setup_commands():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 200, "keep the README short: topics go under docs/"
     assert "```sh\npip install . && attnroof sheet\n```" in text
-    assert "```sh\npip install torch==2.13.0 -e '.[test]' && python -m pytest\n```" in text
+    assert "```sh\npip install torch==2.13.0 -e '.[test-all]' && python -m pytest\n```" in text
     assert (
-        "pip install -q torch==2.13.0 -e '.[test]' && python -m pytest" in (ROOT / ".ci" / "run").read_text()
+        "pip install -q torch==2.13.0 -e '.[test-all]' && python -m pytest"
+        in (ROOT / ".ci" / "run").read_text()
     )
+    assert "`pip install -e '.[test]' && python -m pytest`" in text  # the light one, torch's tests skipped
+
+
+def test_the_test_extras_are_one_light_and_one_whole():
+    """``test`` installs no torch, transformers or triton (its tests skip without them);
+    ``test-all``, which the README's command and CI install, is ``test`` and those three."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    heavy = {"torch", "transformers", "triton"}
+    names = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in extras["test"]}
+    assert not names & heavy and {"pytest", "pytest-xdist", "hypothesis"} <= names
+    whole = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in extras["test-all"]}
+    assert "attnroof[test]" in extras["test-all"] and heavy <= whole
 
 
 def test_the_quick_start_runs_on_real_devices_and_introduces_device_r():

@@ -19,7 +19,7 @@ from attnroof.errors import InputError
 from attnroof.measure import records as R
 from attnroof.model import ModelConfigError, builtin, builtin_names, from_hf, get_model
 from attnroof.model.layers import params
-from conftest import assert_one_line_error, run_cli
+from conftest import assert_one_line_error, needs_torch, run_cli
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 CPU = {"ATTNROOF_CPU_THREADS": "1"}
@@ -386,6 +386,7 @@ def test_plot_and_report_of_a_file_with_no_measurements(tmp_path: Path, records:
     assert_one_line_error(run_cli("report", "-o", str(tmp_path / "r.html"), "--measured", str(path)), needle)
 
 
+@needs_torch
 def test_ceiling_records_of_a_ceilings_file_are_validated_before_any_work(tmp_path: Path) -> None:
     probe = R.new_record(
         "ceiling/read/fp32/bytes=1048576", "ceiling", "read", {"bytes": 2**20}, "fp32", "cpu"

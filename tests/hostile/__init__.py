@@ -30,3 +30,6 @@ class Case(NamedTuple):
     """For a case that must succeed (or an error that also must leave files intact): called with
     the :class:`conftest.CLIResult` and the folder."""
     env: Mapping[str, str] = {}
+    needs_torch: bool = False
+    """A case that torch answers (``measure`` refuses everything but its usage without torch): it
+    skips where torch is not installed."""

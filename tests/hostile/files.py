@@ -155,9 +155,9 @@ CASES: list[Case] = [
          error=("c.json", "capacity_bytes = 80")),
     # ---- item 6: a collectives run that cannot fit is refused before any process starts
     Case("collectives 16G", ("measure", "collectives", "--backend", "gloo", "--world", "2", "--sizes", "16G"),
-         error=("--sizes 17179869184", "GiB", "--world")),
+         error=("--sizes 17179869184", "GiB", "--world"), needs_torch=True),
     Case("collectives world 64", ("measure", "collectives", "--backend", "gloo", "--world", "64"),
-         error=("--world 64", "per CPU core")),
+         error=("--world 64", "per CPU core"), needs_torch=True),
     # ---- item 7: a path that exists is a config to read, not a model name
     Case("--model /dev/null", ("model", "--model", "/dev/null", "--context", "1024"),
          error=("cannot read model config '/dev/null'", "empty")),
