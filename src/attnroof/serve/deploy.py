@@ -55,9 +55,10 @@ class Pool:
             "tp": 1 if self.cost.plan is None else self.cost.plan.tp,
             "pp": 1 if self.cost.plan is None else self.cost.plan.pp,
             "ep": 1 if self.cost.plan is None else self.cost.plan.ep,
-            "kv_blocks": self.config.blocks,
+            "kv_blocks": self.config.blocks if self.kv_bytes_per_token else None,
             "block_size": self.config.block_size,
-            "kv_tokens": self.config.blocks * self.config.block_size,
+            "kv_tokens": self.config.blocks * self.config.block_size if self.kv_bytes_per_token else None,
+            "kv_cache": self.kv_bytes_per_token > 0,
             "weights_bytes_per_device": self.weights_bytes,
             "activation_bytes_per_device": self.activation_bytes,
             "recurrent_state_bytes_per_device": self.state_bytes,
@@ -96,6 +97,10 @@ def pool(
     max_len = config.max_model_len or model.max_positions or 131072
     pp = 1 if plan is None else plan.pp
     ranges = pipeline_stages(model.layers, pp)
+    # the decode tables run to the longest request's tokens (a model of 10M positions needs no
+    # 10M-entry table for 2k-token requests); the engine refuses a request past the model's length
+    table = max_len if longest is None else max(1, min(max_len, longest))
+    max_num_blocks = config.max_num_seqs * -(-table // config.block_size)  # every sequence at its longest
     # each stage's device: its layers' weights, activations and cache; the tightest sets the blocks
     worst = None
     for first, stop in ranges:
@@ -111,21 +116,24 @@ def pool(
             kv_cache_bytes_per_sequence(model, 1, prec.kv_itemsize, shard) - per_token
         )
         free = memory_utilization * capacity_bytes - weights - act - state
-        blocks = kv_blocks(free, per_token, config.block_size) if free > 0 else 0
+        if per_token == 0:  # no attention layer: nothing grows with the tokens, so no block binds
+            blocks = max_num_blocks if free > 0 else 0
+        else:
+            blocks = kv_blocks(free, per_token, config.block_size) if free > 0 else 0
         if worst is None or blocks < worst[0]:
             worst = (blocks, weights, act, per_token, state)
     assert worst is not None
     blocks, weights, act, per_token, state = worst
     if blocks < 1:
+        held = f"activations ({act / 1e9:.2f} GB)"
+        if state:
+            held += f" and the recurrent state of {config.max_num_seqs} sequences ({state / 1e9:.2f} GB)"
         raise InputError(
-            f"{model.name}: weights ({weights / 1e9:.1f} GB) and activations ({act / 1e9:.2f} GB) leave no room "
-            f"for a KV cache in {memory_utilization:g} of {capacity_bytes / 1e9:.0f} GB"
+            f"{model.name}: weights ({weights / 1e9:.1f} GB), {held} leave no room "
+            f"for {'a KV cache' if per_token else 'them'} in {memory_utilization:g} of {capacity_bytes / 1e9:.0f} GB"
             + ("" if plan is None or plan.single else f" per device of the plan ({plan.devices} devices)"),
             param="gpu_memory_utilization",
         )
-    # the decode tables run to the longest request's tokens (a model of 10M positions needs no
-    # 10M-entry table for 2k-token requests); the engine refuses a request past the model's length
-    table = max_len if longest is None else max(1, min(max_len, longest))
     kw: dict[str, Any] = dict(
         max_tokens=config.max_num_batched_tokens, max_seqs=config.max_num_seqs, max_context=table,
         options=options, plan=plan, links=links,
@@ -211,10 +219,13 @@ class Disaggregated:
     link: Link
     kv_bytes_per_token: float
     """The whole model's, as it crosses: every layer's K and V of each prompt token."""
+    state_bytes_per_sequence: float = 0.0
+    """The whole model's recurrent state of one sequence (a hybrid's or a state-space model's
+    mixers), which crosses with the cache: a fixed size, however long the prompt."""
 
     def transfer_s(self, tokens: Any) -> Any:
         """A prompt's cache over the link: one send of its bytes, α₀ + α + bytes/β."""
-        return send_recv(tokens * self.kv_bytes_per_token).on(self.link)
+        return send_recv(tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence).on(self.link)
 
 
 def simulate_disaggregated(d: Disaggregated, w: Workload) -> Run:

@@ -27,7 +27,7 @@ from attnroof.serve.metrics import Summary, summarise
 from attnroof.serve.search import RateSearch, max_rate
 from attnroof.serve.speculative import Speculation, speculate
 from attnroof.serve.step import StepOptions
-from attnroof.serve.workload import Workload, from_jsonl, synthetic
+from attnroof.serve.workload import Workload, from_jsonl, synthetic, upper_length
 
 DEFAULT_INPUT, DEFAULT_OUTPUT = 1024, 128
 SECONDS_PER_HOUR = 3600
@@ -50,16 +50,17 @@ class Traffic:
     seed: int = 0
     warmup: int = 0
 
-    def at(self, rate: float | None) -> Workload:
-        """The requests at ``rate`` (the traffic's own when None)."""
+    def at(self, rate: float | None, requests: int | None = None) -> Workload:
+        """The requests at ``rate`` (the traffic's own when None); ``requests``: as many (more
+        than the traffic's: synthetic ones drawn on with the same seed, a file's cycled)."""
         r = self.rate if rate is None else rate
         if self.requests_text is not None:
             return from_jsonl(
                 self.requests_text, self.requests_origin, rate=r, burstiness=self.burstiness,
-                concurrency=self.concurrency, seed=self.seed, limit=self.num_requests,
+                concurrency=self.concurrency, seed=self.seed, limit=self.num_requests, cycle_to=requests,
             )  # fmt: skip
         return synthetic(
-            self.num_requests, input_tokens=self.input_len or DEFAULT_INPUT, output_tokens=self.output_len or DEFAULT_OUTPUT,
+            requests or self.num_requests, input_tokens=self.input_len or DEFAULT_INPUT, output_tokens=self.output_len or DEFAULT_OUTPUT,
             rate=math.inf if r is None else r, burstiness=self.burstiness, concurrency=self.concurrency,
             range_ratio=self.range_ratio, seed=self.seed,
         )  # fmt: skip
@@ -105,6 +106,8 @@ class Result:
     energy: dict[str, Any]
     disaggregated: dict[str, Any] | None = None
     speculation: Speculation | None = None
+    at_max_rate: dict[str, Any] | None = None
+    """Cost and energy of the run at the max rate (the search's), where one was found."""
 
     def to_json(self) -> dict[str, Any]:
         j = self.job
@@ -127,8 +130,8 @@ class Result:
                 "seed": j.traffic.seed,
                 "warmup": j.traffic.warmup,
             },
-            "summary": self.summary.to_json(),
-            "max_rate": None if self.search is None else self.search.to_json(),
+            "summary": self._summary_json(self.summary),
+            "max_rate": None if self.search is None else self._search_json(self.search),
             "cost": self.cost,
             "energy": self.energy,
             "speculative": None
@@ -141,6 +144,23 @@ class Result:
             "estimate": "simulated latencies: the engine's policy over steps at their "
             + ("calibrated forecast" if j.calibration is not None else "roofline bound"),
         }
+
+    def _kv(self) -> bool:
+        return any(p.kv_bytes_per_token for p in self.pools.values())
+
+    def _summary_json(self, s: Summary) -> dict[str, Any]:
+        """A summary's JSON; without a KV cache (no attention layer) its block figures are none."""
+        d = s.to_json()
+        if not self._kv():
+            d.update(kv_blocks=None, kv_peak_share=None, kv_mean_share=None)
+            d["timeline"] = {k: v for k, v in d["timeline"].items() if k != "kv_share"}
+        return d
+
+    def _search_json(self, search: RateSearch) -> dict[str, Any]:
+        d = {**search.to_json(), **(self.at_max_rate or {})}
+        if search.best is not None:
+            d["at_max_rate"] = self._summary_json(search.best.summary)
+        return d
 
 
 def _pools(job: Job, longest: int) -> tuple[dict[str, Pool], Disaggregated | None]:
@@ -171,10 +191,12 @@ def _pools(job: Job, longest: int) -> tuple[dict[str, Pool], Disaggregated | Non
             raise InputError(f"{flag} {n} (TP {n}): {e}") from None
     pre, dec = pools["prefill"], pools["decode"]
     link = _transfer_link(job)
-    from attnroof.model.memory import kv_cache_bytes_per_token
+    from attnroof.model.memory import kv_cache_bytes_per_sequence, kv_cache_bytes_per_token
 
-    whole = kv_cache_bytes_per_token(job.model, job.options.prec.kv_itemsize)
-    return {"prefill": pre, "decode": dec}, Disaggregated(pre, dec, link, whole)
+    itemsize = job.options.prec.kv_itemsize
+    whole = kv_cache_bytes_per_token(job.model, itemsize)
+    state = kv_cache_bytes_per_sequence(job.model, 1, itemsize) - whole  # the cache of one token, less its KV
+    return {"prefill": pre, "decode": dec}, Disaggregated(pre, dec, link, whole, state)
 
 
 def _transfer_link(job: Job) -> Any:
@@ -194,15 +216,20 @@ def _simulate(job: Job, pools: dict[str, Pool], dis: Disaggregated | None, w: Wo
     return simulate_disaggregated(dis, w) if dis is not None else simulate(pools["engine"], w)
 
 
-def _longest(w: Workload) -> int:
-    """The most tokens a request of ``w`` holds (its prompt and answer; the lengths are the same
-    at every rate, drawn before the arrivals)."""
-    return int((w.input_tokens + w.output_tokens).max())
+def _longest(t: Traffic, w: Workload) -> int:
+    """The most tokens a request of the traffic may hold (its prompt and answer): ``w``'s
+    longest for a file's requests (a longer run cycles them), the lengths' upper end for
+    synthetic ones (a longer run draws more)."""
+    if t.requests_text is not None:
+        return int((w.input_tokens + w.output_tokens).max())
+    return upper_length(t.input_len or DEFAULT_INPUT, t.range_ratio) + upper_length(
+        t.output_len or DEFAULT_OUTPUT, t.range_ratio
+    )
 
 
 def run(job: Job) -> Result:
     w = job.traffic.at(None)
-    pools, dis = _pools(job, _longest(w))
+    pools, dis = _pools(job, _longest(job.traffic, w))
     devices = sum(p.devices for p in pools.values())
     r = _simulate(job, pools, dis, w)
     nominal = w.rate if math.isfinite(w.rate) else None
@@ -210,23 +237,32 @@ def run(job: Job) -> Result:
     search = None
     if job.search:
 
-        def at(rate: float) -> Summary:
-            wr = job.traffic.at(rate)
-            return summarise(_simulate(job, pools, dis, wr), warmup=job.traffic.warmup, slo=job.slo)
+        def at(rate: float, requests: int) -> tuple[Summary, Run]:
+            wr = job.traffic.at(rate, requests)
+            run_r = _simulate(job, pools, dis, wr)
+            return summarise(run_r, warmup=job.traffic.warmup, slo=job.slo, rate=rate), run_r
 
-        search = max_rate(at, slo=job.slo, percentile=job.percentile)
+        search = max_rate(at, requests=w.n, slo=job.slo, percentile=job.percentile, warmup=job.traffic.warmup)
     cost = _cost(job, r, summary, devices) if job.price_per_device_hour else None
     energy = _energy(job, summary, devices)
+    at_max = None
+    if search is not None and search.best is not None:
+        b = search.best
+        at_max = {
+            "cost": _cost(job, b.run, b.summary, devices) if job.price_per_device_hour else None,
+            "energy": _energy(job, b.summary, devices),
+        }
     extra = None
     if dis is not None:
         extra = {
             "link": dis.link.kind,
             "link_bandwidth_bytes_per_s": dis.link.bandwidth_bytes_per_s,
             "kv_bytes_per_token": dis.kv_bytes_per_token,
+            "state_bytes_per_request": dis.state_bytes_per_sequence,
             "transfer_s_mean": r.extra.get("transfer_s_mean"),
         }
     spec = _speculation(job, pools, summary, w) if job.draft is not None else None
-    return Result(job, pools, devices, summary, search, cost, energy, extra, spec)
+    return Result(job, pools, devices, summary, search, cost, energy, extra, spec, at_max)
 
 
 def _speculation(job: Job, pools: dict[str, Pool], s: Summary, w: Workload) -> Speculation:
@@ -304,7 +340,7 @@ CHART_RATES = 8
 def sweep_rates(job: Job, result: Result) -> list[tuple[float, Summary]]:
     """Summaries over :data:`CHART_RATES` rates from 15% to 120% of the all-at-once capacity,
     and the rates the search tried (rerun: the search keeps only their percentiles)."""
-    pools, dis = _pools(job, _longest(job.traffic.at(None)))
+    pools, dis = _pools(job, _longest(job.traffic, job.traffic.at(None)))
 
     def at(rate: float) -> Summary:
         return summarise(
@@ -314,5 +350,5 @@ def sweep_rates(job: Job, result: Result) -> list[tuple[float, Summary]]:
     capacity = at(math.inf).request_throughput
     rates = {capacity * (0.15 + 1.05 * i / (CHART_RATES - 1)) for i in range(CHART_RATES)}
     if result.search is not None:
-        rates |= {r for r, _, _ in result.search.tried if r <= 2 * capacity}
+        rates |= {t.rate for t in result.search.tried if t.rate <= 2 * capacity}
     return [(r, at(r)) for r in sorted(rates)]

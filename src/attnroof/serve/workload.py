@@ -57,6 +57,17 @@ def arrivals(n: int, rate: float, burstiness: float, rng: Any) -> Any:
     return np.cumsum(rng.gamma(burstiness, 1.0 / (rate * burstiness), n))
 
 
+def upper_length(mean: int, range_ratio: float) -> int:
+    """The longest length :func:`lengths` draws.
+
+    >>> upper_length(1024, 0.0), upper_length(1024, 0.5)
+    (1024, 1536)
+    """
+    if range_ratio == 0:
+        return mean
+    return max(max(1, math.floor(mean * (1 - range_ratio))), math.ceil(mean * (1 + range_ratio)))
+
+
 def lengths(n: int, mean: int, range_ratio: float, rng: Any) -> Any:
     """``n`` lengths uniform over the whole numbers within mean·(1 ± range_ratio), at least 1."""
     import numpy as np
@@ -64,7 +75,7 @@ def lengths(n: int, mean: int, range_ratio: float, rng: Any) -> Any:
     if range_ratio == 0:
         return np.full(n, mean, dtype=np.int64)
     low = max(1, math.floor(mean * (1 - range_ratio)))
-    high = max(low, math.ceil(mean * (1 + range_ratio)))
+    high = upper_length(mean, range_ratio)
     return rng.integers(low, high + 1, n, dtype=np.int64)
 
 
@@ -107,10 +118,13 @@ def from_jsonl(
     concurrency: int = 0,
     seed: int = 0,
     limit: int | None = None,
+    cycle_to: int | None = None,
 ) -> Workload:
     """Requests from JSONL text, one object a line: ``input_tokens``, ``output_tokens`` and,
     optionally, ``arrival_s`` (every line or none). Without arrival times they arrive at
-    ``rate`` (or from ``concurrency`` clients); a rate with arrival times is refused."""
+    ``rate`` (or from ``concurrency`` clients); a rate with arrival times is refused.
+    ``cycle_to``: the (first ``limit``) requests repeated in order until there are that many
+    (a longer run of the same mix; not with arrival times)."""
     import numpy as np
 
     rows: list[dict[str, Any]] = []
@@ -143,9 +157,11 @@ def from_jsonl(
         if (np.diff(at) < 0).any():
             raise InputError(f"{origin}: arrival_s must not decrease from one request to the next")
         return Workload(at, ins, outs, 0, math.inf, burstiness)
+    if cycle_to is not None and cycle_to > len(rows):
+        ins, outs = np.resize(ins, cycle_to), np.resize(outs, cycle_to)
     rng = np.random.default_rng(seed)
     r = math.inf if rate is None else rate
-    at = np.zeros(len(rows)) if concurrency else arrivals(len(rows), r, burstiness, rng)
+    at = np.zeros(len(ins)) if concurrency else arrivals(len(ins), r, burstiness, rng)
     return Workload(at, ins, outs, concurrency, r, burstiness)
 
 

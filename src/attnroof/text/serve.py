@@ -41,8 +41,13 @@ def render(result: Any) -> str:
     )
     for name, p in pools.items():
         c = p.config
+        cache = (
+            f"KV cache {c.blocks:,} blocks × {c.block_size} = {c.blocks * c.block_size:,} tokens"
+            if p.kv_bytes_per_token
+            else "no KV cache, no attention layer"
+        )
         out.append(
-            f"{name}: KV cache {c.blocks:,} blocks × {c.block_size} = {c.blocks * c.block_size:,} tokens "
+            f"{name}: {cache} "
             f"(weights {si(p.weights_bytes, 'B')}, activations {si(p.activation_bytes, 'B')}"
             + (
                 f", recurrent state {si(p.state_bytes, 'B')} for {c.max_num_seqs} sequences"
@@ -56,7 +61,13 @@ def render(result: Any) -> str:
         d = result.disaggregated
         out.append(
             f"KV cache sent over {d['link']} at {si(d['link_bandwidth_bytes_per_s'], 'B/s')}: "
-            f"{si(d['kv_bytes_per_token'], 'B')} a prompt token, {_ms(d['transfer_s_mean'])} a request on average"
+            f"{si(d['kv_bytes_per_token'], 'B')} a prompt token"
+            + (
+                f" and {si(d['state_bytes_per_request'], 'B')} of recurrent state"
+                if d["state_bytes_per_request"]
+                else ""
+            )
+            + f", {_ms(d['transfer_s_mean'])} a request on average"
         )
     out.append("")
     rows = [
@@ -72,9 +83,10 @@ def render(result: Any) -> str:
     if s.goodput is not None:
         limits = ", ".join(f"{k.upper()} ≤ {_ms(v)}" for k, v in s.slo.items())
         out.append(f"goodput: {s.goodput:.3g} requests/s meet {limits} ({s.slo_met:.1%} of requests)")
+    kv = any(p.kv_bytes_per_token for p in pools.values())
     out.append(
-        f"KV cache: peak {s.kv_peak_share:.0%}, mean {s.kv_mean_share:.0%} of blocks; "
-        f"{s.mean_running:.1f} sequences a step on average; {s.preemptions} preemptions; {s.steps:,} steps"
+        (f"KV cache: peak {s.kv_peak_share:.0%}, mean {s.kv_mean_share:.0%} of blocks; " if kv else "")
+        + f"{s.mean_running:.1f} sequences a step on average; {s.preemptions} preemptions; {s.steps:,} steps"
     )
     out.append(
         f"Little's law: {s.mean_in_system:.3g} requests in the system on average, arrival rate × mean E2E = "
@@ -83,13 +95,17 @@ def render(result: Any) -> str:
     if result.search is not None:
         out.append("")
         out.append(_search(result.search))
-    if result.cost:
-        c = result.cost
+    at_max = result.at_max_rate
+    # with a max rate found, the cost and energy lines are the max rate's run
+    cost, energy = (at_max["cost"], at_max["energy"]) if at_max else (result.cost, result.energy)
+    basis = f" at the max rate ({result.search.rate:.3g} requests/s)" if at_max else ""
+    if cost:
         out.append("")
         out.append(
-            f"cost at ${c['price_per_device_hour']:g} a device-hour: ${c['usd_per_million_input_tokens']:.3g} per "
-            f"million input tokens, ${c['usd_per_million_output_tokens']:.3g} per million output tokens "
-            f"(each step's time shared by the tokens it computed; busy {c['busy_share']:.0%} of the run)"
+            f"cost{basis} at ${cost['price_per_device_hour']:g} a device-hour: "
+            f"${cost['usd_per_million_input_tokens']:.3g} per million input tokens, "
+            f"${cost['usd_per_million_output_tokens']:.3g} per million output tokens "
+            f"(each step's time shared by the tokens it computed; busy {cost['busy_share']:.0%} of the run)"
         )
     sp = result.speculation
     if sp is not None:
@@ -100,10 +116,10 @@ def render(result: Any) -> str:
             f"{sp.context:,}: verify {_ms(sp.verify_step_s)} + {sp.k} × draft {_ms(sp.draft_step_s)} a round, "
             f"{_ms(sp.time_per_token_s)} a token against {_ms(sp.plain_step_s)} plain ({sp.speedup:.2f}×)"
         )
-    e = result.energy
+    e = energy
     if e.get("board_power_w"):
         out.append(
-            f"energy at {e['board_power_w']:g} W a board: ≤ {e['joules_per_output_token']:.3g} J per output token, "
+            f"energy{basis} at {e['board_power_w']:g} W a board: ≤ {e['joules_per_output_token']:.3g} J per output token, "
             f"≤ {e['joules_per_token']:.3g} J per token (every board at its rated power throughout)"
         )
     out.append("")
@@ -125,13 +141,20 @@ def render(result: Any) -> str:
 
 def _search(r: Any) -> str:
     limits = " and ".join(f"p{r.percentile} {k.upper()} ≤ {_ms(v)}" for k, v in r.slo.items())
+    sims = f"{len(r.tried)} simulation{'s' if len(r.tried) != 1 else ''} of {r.requests:,} requests"
     if r.rate is None:
-        return f"max rate: none — even {r.tried[-1][0]:.3g} requests/s misses {limits} (capacity {r.capacity:.3g}/s)"
-    at = r.at_rate
-    got = ", ".join(f"p{r.percentile} {k.upper()} {_ms(at.latency[k][f'p{r.percentile}'])}" for k in r.slo)
+        last = r.tried[-1]
+        why = "misses " + limits if not last.slo_met else "falls behind its arrivals"
+        return f"max rate: none — even {last.rate:.3g} requests/s {why} (capacity {r.capacity:.3g}/s; {sims})"
+    b = r.best
+    got = ", ".join(
+        f"p{r.percentile} {k.upper()} {_ms(b.summary.latency[k][f'p{r.percentile}'])}" for k in r.slo
+    )
+    st = b.steady
     return (
-        f"max rate: {r.rate:.3g} requests/s meets {limits} ({got}); capacity {r.capacity:.3g} requests/s "
-        f"with every request at once; {len(r.tried)} simulation{'s' if len(r.tried) != 1 else ''}"
+        f"max rate: {r.rate:.3g} requests/s meets {limits} in steady state ({got}; offered {b.rate:.3g}/s, "
+        f"taken in {st.achieved:.3g}/s over the second half of the arrivals, TTFT trend "
+        f"{st.wait_slope * 1e3:+.2g} ms/s); capacity {r.capacity:.3g} requests/s with every request at once; {sims}"
     )
 
 
