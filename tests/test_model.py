@@ -341,14 +341,16 @@ def test_max_batch_and_context_fit() -> None:
     assert mem.fits and mem.max_batch > 1
     assert memory(m, "decode", mem.max_batch, 8192, Precision(), H200_CAPACITY).fits
     assert not memory(m, "decode", mem.max_batch + 1, 8192, Precision(), H200_CAPACITY).fits
-    c = mem.max_context
+    c = mem.max_context_by_memory
     assert memory(m, "decode", 1, c, Precision(), H200_CAPACITY).fits
     assert not memory(m, "decode", 1, c + 1, Precision(), H200_CAPACITY).fits
+    assert c > 131072 and mem.max_context == 131072  # the model's own limit is the smaller
     # The 70B model's 141 GB of bf16 weights alone overflow 141 GB.
     big = memory(builtin("llama-3.1-70b"), "decode", 1, 1, Precision(), H200_CAPACITY)
     assert not big.fits and big.max_batch == 0
-    # A sliding window and fused attention: memory stops growing with context.
-    assert memory(builtin("mistral-7b"), "decode", 1, 8192, Precision(), H200_CAPACITY).max_context is None
+    # A sliding window and fused attention: memory stops growing with context; the model's 32768 remains.
+    windowed = memory(builtin("mistral-7b"), "decode", 1, 8192, Precision(), H200_CAPACITY)
+    assert windowed.max_context_by_memory is None and windowed.max_context == 32768
 
 
 # ---------------------------------------------------------------- command line

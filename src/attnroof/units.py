@@ -19,6 +19,9 @@ MEGA = 1e6
 GIGA = 1e9
 TERA = 1e12
 PETA = 1e15
+EXA = 1e18
+ZETTA = 1e21
+YOTTA = 1e24
 
 KB, MB, GB, TB = KILO, MEGA, GIGA, TERA
 KiB, MiB, GiB = 2**10, 2**20, 2**30
@@ -33,7 +36,17 @@ FLOP = 1
 TFLOP_PER_S = TERA  # FLOP/s
 TB_PER_S = TERA  # bytes/s
 
-_PREFIXES = ((PETA, "P"), (TERA, "T"), (GIGA, "G"), (MEGA, "M"), (KILO, "k"), (1.0, ""))
+_PREFIXES = (
+    (YOTTA, "Y"),
+    (ZETTA, "Z"),
+    (EXA, "E"),
+    (PETA, "P"),
+    (TERA, "T"),
+    (GIGA, "G"),
+    (MEGA, "M"),
+    (KILO, "k"),
+    (1.0, ""),
+)
 _SUFFIX_VALUE = {"k": KILO, "K": KILO, "M": MEGA, "G": GIGA, "T": TERA, "P": PETA}
 
 
@@ -44,6 +57,8 @@ def si(value: float, unit: str, digits: int = 3) -> str:
     '34.7 GFLOP'
     >>> si(4.0e12, "B/s")
     '4 TB/s'
+    >>> si(1.884e18, "FLOP")          # a 70B model's training step on 4M tokens
+    '1.88 EFLOP'
     """
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return f"{value} {unit}".strip()

@@ -51,7 +51,7 @@ CASES: list[Case] = [
         "gpt-oss-120b's stored-weights note states its itemsize (it printed the f-string's braces)",
         ("model", "--model", "gpt-oss-120b", "--context", "4k", "--device", "h200"),
         error=None,
-        check=_prints("expert gate/up, expert down at 4.25 bits a weight", absent=("{prec", "{g.")),
+        check=_prints("expert gate/up and expert down at 4.25 bits a weight", absent=("{prec", "{g.")),
     ),
     Case(
         "a million layers (23 s, one row list built per layer)",

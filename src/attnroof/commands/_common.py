@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof import validate
+from attnroof.commands._run import LATER_NOTES
 from attnroof.devices import (
     DEFAULT_DEVICE,
     MAX_PLAUSIBLE_BANDWIDTH,
@@ -186,8 +187,8 @@ def add_device_args(
     g = p.add_argument_group("device")
     g.add_argument(
         "--device",
-        default=DEFAULT_DEVICE,
-        help=f"catalog name or alias, or a device TOML file (default: {DEFAULT_DEVICE}, the spec's device)",
+        help=f"catalog name or alias, or a device TOML file (default: {DEFAULT_DEVICE}, the worked example's "
+        "hypothetical device, said on stderr; 'attnroof devices' lists the catalog)",
     )
     g.add_argument(
         "--dtype", default=dtype_default, help=dtype_help or f"element type (default: {dtype_default})"
@@ -243,10 +244,28 @@ def add_json_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units) instead of text")
 
 
+def device_name(args: argparse.Namespace) -> str:
+    """``--device``, or :data:`~attnroof.devices.DEFAULT_DEVICE` when it was left out: then the
+    command line says so on stderr after the answer (:data:`attnroof.commands._run.LATER_NOTES`)."""
+    if args.device is None:
+        args.device = DEFAULT_DEVICE
+        setattr(args, LATER_NOTES, [*getattr(args, LATER_NOTES, []), default_device_note()])
+    return str(args.device)
+
+
+def default_device_note() -> str:
+    """The line a run without ``--device`` ends with on stderr: the hypothetical device it ran on,
+    and how to name a real one."""
+    return (
+        f"attnroof: note: no --device given: this ran on device {DEFAULT_DEVICE}, the worked example's "
+        "hypothetical accelerator; --device NAME runs on a real one ('attnroof devices' lists them)"
+    )
+
+
 def device_from_args(args: argparse.Namespace) -> Device:
-    """The device named by ``--device``, with ``--peak-flops/--bandwidth/--capacity/--board-power``
-    applied."""
-    dev = get_device(args.device)
+    """The device named by ``--device`` (:func:`device_name`), with
+    ``--peak-flops/--bandwidth/--capacity/--board-power`` applied."""
+    dev = get_device(device_name(args))
     return dev.with_overrides(
         dtype_from_args(args),
         peak_flops_per_s=args.peak_flops,

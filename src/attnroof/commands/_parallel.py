@@ -16,6 +16,7 @@ from attnroof.model.train_options import TRAIN
 if TYPE_CHECKING:  # the many-devices code is loaded only when a parallel flag is given
     from attnroof.devices import Device
     from attnroof.devices.links import Links
+    from attnroof.model import ModelConfig
     from attnroof.model.parallel import Plan
     from attnroof.model.spread import Spread
     from attnroof.model.training_memory import TrainPrecision
@@ -124,6 +125,33 @@ def plan_of(args: argparse.Namespace) -> Plan:
     )  # fmt: skip
 
 
+def check_implied_dp(model: ModelConfig, args: argparse.Namespace, plan: Plan) -> None:
+    """The batch against the data-parallel replicas that ``--ep`` implied (no ``--dp`` given): an
+    error that says where the replicas came from, naming only the flags given (after the errors
+    of degrees the model cannot take, which come first whatever the batch)."""
+    if args.dp is not None or plan.dp == 1 or args.batch % (plan.dp * plan.microbatches) == 0:
+        return
+    from attnroof.model.parallel import check_degrees
+
+    check_degrees(model, plan)
+    given = [f"--{f} {getattr(args, f)}" for f in ("ep", "etp", "tp", "cp") if getattr(args, f) is not None]
+    degrees = [("TP", plan.tp), ("CP", plan.cp)] if plan.cp > 1 else [("TP", plan.tp)]
+    names = " × ".join(n for n, _ in degrees)
+    values = " × ".join(str(v) for _, v in degrees)
+    etp = "" if args.etp is not None else " (ETP: the TP degree unless --etp is given)"
+    split = plan.dp * plan.microbatches
+    multiple = (
+        f"{split}" if plan.microbatches == 1 else f"{plan.dp} × --microbatches {plan.microbatches} = {split}"
+    )
+    raise InputError(
+        f"--batch {args.batch} does not split over {plan.dp} data-parallel replicas: with {', '.join(given)} "
+        f"and no --dp, DP defaults to {plan.dp}, the fewest for which the expert grid's {names} × DP = "
+        f"{values} × {plan.dp} is a multiple of ETP × EP = {plan.expert_tp} × {plan.ep}{etp}; give a --batch "
+        f"that is a multiple of {multiple}",
+        param="--batch",
+    )
+
+
 def links_of(args: argparse.Namespace, dev: Device) -> Links:
     """The device's links with the command line's overrides."""
     changes: dict[str, Any] = {}
@@ -148,6 +176,8 @@ def run_parallel(job: Any) -> int:
         )
     links = links_of(args, job.device)
     plan = plan_of(args)
+    if not args.fit:  # --fit chooses the degrees itself
+        check_implied_dp(job.model, args, plan)
     if plan.zero and plan.replicas == 1 and not args.fit:
         raise InputError(
             f"--zero {plan.zero} shards over data-parallel replicas: give --dp 2 or more (or --fit)",

@@ -8,6 +8,7 @@ command line's JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import os
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
 
+
+LATER_NOTES = "later_notes"
+"""The arguments' attribute where a command leaves lines for stderr after a successful answer (a
+default it chose, such as the device when ``--device`` is left out); never printed beside an error,
+which stays one line."""
 
 LONG_WORD = 200
 """A word of an error longer than this (a 5,000-digit number given as a flag) is shown cut."""
@@ -154,7 +160,7 @@ def run(words: Sequence[str], *, freeze: bool = False) -> int:
     if freeze:
         gc.freeze()
     try:
-        return int(args.handler(args) or 0)
+        status = int(args.handler(args) or 0)
     except AttnroofError as e:
         print(f"attnroof: error: {one_line(_with_flags(e))}", file=sys.stderr)
         return EXIT_USAGE
@@ -174,3 +180,10 @@ def run(words: Sequence[str], *, freeze: bool = False) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+    notes = getattr(args, LATER_NOTES, ()) if status == 0 else ()
+    if notes:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # `| head` closed it: the notes still go
+            sys.stdout.flush()  # the answer first, in a log that takes both streams
+        for line in notes:
+            print(one_line(line), file=sys.stderr)
+    return status

@@ -10,6 +10,7 @@ from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig
 from attnroof.model.layers import config_json
+from attnroof.model.notes import past_positions
 from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE, TRAIN
 from attnroof.roofline import Roof
 from attnroof.text import render
@@ -91,6 +92,7 @@ def train_head(
         "fused": not args.unfused,
         "ridge": roof.ridge,
         "config": config_json(model),
+        "context_beyond_model_limit": bool(past_positions(model, [args.context])),
     }
 
 
@@ -143,7 +145,11 @@ def train_header(
     model: ModelConfig, args: argparse.Namespace, dev: Device, roof: Roof, dt: DType, wdt: DType
 ) -> list[str]:
     """The text's first lines: the model, the device, and the step in words."""
-    from attnroof.text.model import Setting, header
+    from attnroof.text.model import Setting, header, past_positions_lines
 
     setting = Setting(model, dev, roof, "prefill", args.context, not args.unfused, dt, wdt, dt)
-    return [*header(setting, None)[:2], train_what(args, dt, wdt)]
+    return [
+        *header(setting, None)[:2],
+        train_what(args, dt, wdt),
+        *past_positions_lines(model, [args.context]),
+    ]

@@ -151,7 +151,17 @@ class _Job:
             **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
             "config": config_json(self.model),
+            # analysed as asked; the text's header warns (a grid lists its contexts past the limit)
+            **self._past_positions_json(),
         }
+
+    def _past_positions_json(self) -> dict[str, Any]:
+        from attnroof.model.notes import past_positions
+
+        a = self.args
+        if a.context is None:
+            return {"contexts_beyond_model_limit": past_positions(self.model, a.sweep_context or [])}
+        return {"context_beyond_model_limit": bool(past_positions(self.model, [a.context]))}
 
     @property
     def setting(self) -> Setting:

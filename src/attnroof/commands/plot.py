@@ -17,6 +17,7 @@ from attnroof.commands._common import (
     add_head_dim_arg,
     add_json_arg,
     add_softmax_arg,
+    device_name,
     emit_json,
     int_list,
     positive_int,
@@ -75,7 +76,7 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
         args.peak_flops is None or len(dts) == 1,
         f"--peak-flops applies to one dtype; --dtype {args.dtype!r} names {len(dts)}",
     )
-    dev = get_device(args.device).with_overrides(
+    dev = get_device(device_name(args)).with_overrides(
         dts[0],
         peak_flops_per_s=args.peak_flops,
         bandwidth_bytes_per_s=args.bandwidth,

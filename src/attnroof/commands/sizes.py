@@ -14,6 +14,7 @@ from attnroof.commands._common import (
     add_head_dim_arg,
     add_json_arg,
     add_softmax_arg,
+    device_name,
     emit_json,
     int_list,
     positive_int,
@@ -23,6 +24,10 @@ from attnroof.footprint import footprint
 from attnroof.text.operators import crossover_text, footprint_text, sweep_text
 
 # ---------------------------------------------------------------- sweep
+
+SWEEP_BATCH, SWEEP_HEADS = 1, 1
+"""Each row of a sweep is one head of one sequence: its FLOPs, bytes and times are per head (the
+intensity and the verdict, ratios, are those of any number of heads that share no K and V)."""
 
 
 def _sweep_setup(p: argparse.ArgumentParser) -> None:
@@ -51,6 +56,8 @@ def _sweep_run(args: argparse.Namespace) -> int:
         causal=args.causal,
         itemsize=dt.itemsize,
         softmax_flops_per_element=args.softmax_flops,
+        batch=SWEEP_BATCH,
+        kv_heads=SWEEP_HEADS,
     )
     unfused, fused = res["unfused"].rows(), res["fused"].rows()
     rows: list[dict[str, Any]] = [
@@ -64,6 +71,8 @@ def _sweep_run(args: argparse.Namespace) -> int:
                 "dtype": dt.name,
                 "d": args.d,
                 "causal": args.causal,
+                "batch": SWEEP_BATCH,
+                "heads": SWEEP_HEADS,
                 "ridge": roof.ridge,
                 "rows": rows,
             }
@@ -140,7 +149,7 @@ def _footprint_run(args: argparse.Namespace) -> int:
     from attnroof.dtypes import dtype
 
     dt = dtype(args.dtype)
-    dev = get_device(args.device).with_overrides(dt, capacity_bytes=args.capacity)
+    dev = get_device(device_name(args)).with_overrides(dt, capacity_bytes=args.capacity)
     fp = footprint(
         args.s,
         itemsize=dt.itemsize,

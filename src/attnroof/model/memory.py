@@ -83,6 +83,19 @@ def weights_read(
     return total
 
 
+def recurrent_state_bytes(model: ModelConfig, kv_itemsize: float, shard: Shard | None = None) -> float:
+    """Bytes of one sequence's fixed recurrent state, over every scanning layer (Mamba, gated
+    DeltaNet): the part of its cache that does not grow with the context (0 without such layers).
+
+    >>> from attnroof.model.config import builtin
+    >>> recurrent_state_bytes(builtin("nemotron-h-8b"), 2)    # 24 Mamba-2 layers × 1,079,296 × 2 B
+    51806208
+    """
+    return (
+        sum(i.count * i.state_elements for i in layer_table(model, shard) if i.state_elements) * kv_itemsize
+    )
+
+
 def kv_cache_bytes_per_sequence(
     model: ModelConfig, context: Num, kv_itemsize: float, shard: Shard | None = None
 ) -> Num:
@@ -151,11 +164,21 @@ class Memory:
     max_batch: int | None
     """Largest batch whose weights, caches and activations fit at this context (0: not even
     the weights fit)."""
-    max_context: int | None
-    """Largest context that fits at this batch; None when unknown (no capacity) or unbounded."""
+    max_context_by_memory: int | None
+    """Largest context that fits in memory at this batch; None when unknown (no capacity) or
+    unbounded. :attr:`max_context` bounds it by the model's own limit."""
 
     context: int
     """The context the cache holds, per sequence."""
+    max_context_by_model: int | None = None
+    """The model's own limit, its ``max_position_embeddings``; None: it states none."""
+    recurrent_state_bytes_per_sequence: float = 0
+    """The part of ``kv_cache_bytes_per_sequence`` that is recurrent layers' fixed state."""
+
+    @property
+    def max_context(self) -> int | None:
+        """The largest context this batch can run at: memory's limit or the model's, the smaller."""
+        return largest_context(self.max_context_by_memory, self.max_context_by_model, self.capacity_bytes)[0]
 
     @property
     def kv_cache_bytes_per_token_held(self) -> float:
@@ -175,14 +198,51 @@ class Memory:
             "kv_cache_bytes_per_token_written": self.kv_cache_bytes_per_token_written,
             "kv_cache_bytes_per_token_held": self.kv_cache_bytes_per_token_held,
             "kv_cache_bytes_per_sequence": self.kv_cache_bytes_per_sequence,
+            "recurrent_state_bytes_per_sequence": self.recurrent_state_bytes_per_sequence,
             "kv_cache_bytes": self.kv_cache_bytes,
             "activation_bytes": self.activation_bytes,
             "total_bytes": self.total_bytes,
             "capacity_bytes": self.capacity_bytes,
             "fits": self.fits,
             "max_batch": self.max_batch,
-            "max_context": self.max_context,
+            **context_limit_json(self.max_context_by_memory, self.max_context_by_model, self.capacity_bytes),
         }
+
+
+MEMORY, MODEL = "memory", "model"
+"""What sets the largest context: the device's memory or the model's own limit."""
+
+
+def largest_context(
+    by_memory: int | None, by_model: int | None, capacity_bytes: float | None
+) -> tuple[int | None, str | None]:
+    """The largest context a batch can run at, and what sets it (:data:`MEMORY` or :data:`MODEL`):
+    the smaller of what memory allows (None: unbounded) and the model's ``max_position_embeddings``
+    (None: it states none). (None, None) when the capacity is unknown or nothing bounds it.
+
+    >>> largest_context(1188181, 131072, 80e9), largest_context(4096, 131072, 80e9)
+    ((131072, 'model'), (4096, 'memory'))
+    >>> largest_context(None, 32768, 80e9)      # a sliding window: the cache stops growing
+    (32768, 'model')
+    """
+    if capacity_bytes is None:
+        return None, None
+    if by_model is not None and (by_memory is None or by_memory > by_model):
+        return by_model, MODEL
+    return (by_memory, MEMORY) if by_memory is not None else (None, None)
+
+
+def context_limit_json(
+    by_memory: int | None, by_model: int | None, capacity_bytes: float | None
+) -> dict[str, int | str | None]:
+    """``max_context`` (the limit the text states) with what sets it and both limits apart."""
+    limit, by = largest_context(by_memory, by_model, capacity_bytes)
+    return {
+        "max_context": limit,
+        "max_context_limited_by": by,
+        "max_context_by_memory": by_memory,
+        "max_context_by_model": by_model,
+    }
 
 
 def memory(
@@ -231,8 +291,10 @@ def memory(
         capacity_bytes=capacity_bytes,
         fits=fits,
         max_batch=max_batch,
-        max_context=max_context,
+        max_context_by_memory=max_context,
         context=context,
+        max_context_by_model=model.max_positions,
+        recurrent_state_bytes_per_sequence=recurrent_state_bytes(model, prec.kv_itemsize, shard),
     )
 
 

@@ -5,6 +5,8 @@ window keeps, how small an uncounted term is), so it can be checked.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from attnroof.model.layers import DECODE, Precision, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.model.weights import weights_by_format
@@ -75,9 +77,41 @@ def step_notes(
             f"attention sinks not counted: one more logit per head and query beside {context}, "
             f"{1 / context:.2%} of the scores"
         )
-    if m.max_positions is not None and context > m.max_positions:
-        notes.append(f"context {context} exceeds the model's {m.max_positions} positions")
-    return tuple(notes)
+    return tuple(notes)  # a context past the model's limit: a warning at the top (past_positions_warning)
+
+
+def past_positions(model: ModelConfig, contexts: Iterable[int]) -> list[int]:
+    """The contexts past the model's own limit (its ``max_position_embeddings``): each is analysed
+    as asked, and the answer says so (:func:`past_positions_warning`; JSON: ``context_beyond_model_limit``).
+
+    >>> from attnroof.model.config import builtin
+    >>> past_positions(builtin("nemotron-h-8b"), [4096, 8192, 16384, 131072])
+    [16384, 131072]
+    """
+    limit = model.max_positions
+    return [] if limit is None else [c for c in contexts if c > limit]
+
+
+def past_positions_warning(model: ModelConfig, contexts: Iterable[int]) -> str | None:
+    """The header's line for contexts past the model's limit; None when there are none.
+
+    >>> from attnroof.model.config import builtin
+    >>> past_positions_warning(builtin("nemotron-h-8b"), [131072])
+    "warning: context 131,072 is past the model's limit of 8,192 positions (max_position_embeddings): analysed as asked, as if the model ran that far"
+    """
+    past = past_positions(model, contexts)
+    if not past:
+        return None
+    names = [f"{c:,}" for c in past]
+    which = (
+        f"context {names[0]} is"
+        if len(names) == 1
+        else f"contexts {', '.join(names[:-1])} and {names[-1]} are"
+    )
+    return (
+        f"warning: {which} past the model's limit of {model.max_positions:,} positions "
+        "(max_position_embeddings): analysed as asked, as if the model ran that far"
+    )
 
 
 def _stored_note(m: ModelConfig, prec: Precision) -> str:

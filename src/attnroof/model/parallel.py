@@ -59,7 +59,9 @@ M = TypeVar("M")
 __all__ = [
     "Plan",
     "Shard",
+    "batch_split",
     "check_context_split",
+    "check_degrees",
     "check_plan",
     "check_sequence_split",
     "context_memory",
@@ -156,6 +158,13 @@ class Plan:
 
 def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
     """:class:`InputError`, naming the flag, for a plan the model or batch cannot take."""
+    check_degrees(model, plan)
+    if batch % (plan.dp * plan.microbatches):
+        raise InputError(f"--batch {batch} is not a multiple of {batch_split(plan)}", param="--batch")
+
+
+def check_degrees(model: ModelConfig, plan: Plan) -> None:
+    """:class:`InputError`, naming the flag, for degrees the model cannot take (whatever the batch)."""
     for flag, v in (
         ("--tp", plan.tp),
         ("--pp", plan.pp),
@@ -183,11 +192,17 @@ def check_plan(model: ModelConfig, plan: Plan, batch: int) -> None:
                 f"--ep {plan.ep} does not divide the model's {model.experts.experts} experts", param="--ep"
             )
     check_experts(model, plan)
-    if batch % (plan.dp * plan.microbatches):
-        raise InputError(
-            f"--batch {batch} is not a multiple of --dp × --microbatches = {plan.dp * plan.microbatches}",
-            param="--batch",
-        )
+
+
+def batch_split(plan: Plan) -> str:
+    """The degrees a batch is cut by, in words, naming only those above 1 (each a flag given).
+
+    >>> batch_split(Plan(dp=2, microbatches=4)), batch_split(Plan(microbatches=4))
+    ('--dp 2 × --microbatches 4 = 8', '--microbatches 4')
+    """
+    parts = [(f, v) for f, v in (("--dp", plan.dp), ("--microbatches", plan.microbatches)) if v > 1]
+    words = " × ".join(f"{f} {v}" for f, v in parts)
+    return words if len(parts) == 1 else f"{words} = {plan.dp * plan.microbatches}"
 
 
 def check_experts(model: ModelConfig, plan: Plan) -> None:
@@ -275,9 +290,10 @@ def context_memory(mem: M, cp: int) -> M:
     """A device's memory under context parallelism, computed at its context/cp tokens of each
     sequence, with the largest context as ``--context`` counts it: cp times the device's, down to
     whole 2·cp chunks. The ring's K/V blocks in flight (two of the device's own size) are left out."""
-    if cp == 1 or not mem.max_context:
+    c = mem.max_context_by_memory
+    if cp == 1 or not c:
         return mem
-    return replace(mem, max_context=mem.max_context * cp // (2 * cp) * (2 * cp))
+    return replace(mem, max_context_by_memory=c * cp // (2 * cp) * (2 * cp))
 
 
 def stages(layers: int, pp: int) -> list[tuple[int, int]]:

@@ -29,7 +29,7 @@ def spread_json(
         "capacity_bytes": None if capacity_bytes is None else capacity_bytes * s.plan.devices,
         "fits": s.fits,
         "max_batch": s.max_batch,
-        "max_context": per["max_context"],
+        **{k: v for k, v in per.items() if k.startswith("max_context")},
         "per_device": per,
     }
     ops = [o.to_json() for o in slow.ops]

@@ -56,6 +56,9 @@ class ModelConfig:
     sliding_window: int | None = None
     """The window of the windowed layers (all of them, or those ``layer_runs`` marks)."""
     max_positions: int | None = None
+    """The model's own context limit, its config's ``max_position_embeddings`` (GPT-2's
+    ``n_positions``); None where it states none (a pure state-space model). JSON:
+    ``max_position_embeddings``, under the config's own name as ``hidden_size`` and ``vocab_size`` are."""
     layer_runs: LayerRuns | None = None
     """Each layer's kind — its window, whether its MLP is the experts — in runs; None: every layer
     alike, ``sliding_window`` (or global) attention and a dense MLP."""
@@ -144,7 +147,7 @@ class ModelConfig:
             "norm": self.norm,
             "tied_embeddings": self.tied,
             "sliding_window": self.sliding_window,
-            "max_positions": self.max_positions,
+            "max_position_embeddings": self.max_positions,
             **(counts or {}),
             **self._architecture_json(),
         }

@@ -51,7 +51,7 @@ from attnroof.model.layers import (
     layer_table,
     params,
 )
-from attnroof.model.memory import _largest
+from attnroof.model.memory import _largest, context_limit_json, largest_context
 from attnroof.model.shard import Shard, standing_for
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
@@ -192,7 +192,15 @@ class TrainMemory:
     capacity_bytes: float | None
     fits: bool | None
     max_batch: int | None
-    max_context: int | None
+    max_context_by_memory: int | None
+    """Largest context that fits in memory at this batch; None when unknown or unbounded."""
+    max_context_by_model: int | None = None
+    """The model's own limit, its ``max_position_embeddings``; None: it states none."""
+
+    @property
+    def max_context(self) -> int | None:
+        """The largest context this batch can run at: memory's limit or the model's, the smaller."""
+        return largest_context(self.max_context_by_memory, self.max_context_by_model, self.capacity_bytes)[0]
 
     @property
     def total_bytes(self) -> float:
@@ -209,7 +217,7 @@ class TrainMemory:
             "capacity_bytes": self.capacity_bytes,
             "fits": self.fits,
             "max_batch": self.max_batch,
-            "max_context": self.max_context,
+            **context_limit_json(self.max_context_by_memory, self.max_context_by_model, self.capacity_bytes),
         }
 
 
@@ -311,5 +319,6 @@ def train_memory(
         capacity_bytes=capacity_bytes,
         fits=fits,
         max_batch=max_batch,
-        max_context=max_context,
+        max_context_by_memory=max_context,
+        max_context_by_model=model.max_positions,
     )

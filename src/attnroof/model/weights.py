@@ -11,8 +11,9 @@ from attnroof.formats import WeightFormat
 from attnroof.model.layers import OpInstance, Precision, layer_table
 from attnroof.model.spec import ModelConfig
 
-ROWS_NAMED = 4
-"""A group of more rows is written as their number (its JSON lists every one)."""
+ROWS_BARE = 2
+"""A group of more rows is written as their number with every name in parentheses, so that the
+names' commas stay apart from those of the sentence around them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +29,14 @@ class WeightGroup:
 
     @property
     def rows_text(self) -> str:
-        """The rows by name, or past :data:`ROWS_NAMED` their number, the first and the last."""
-        if len(self.rows) <= ROWS_NAMED:
-            return ", ".join(self.rows)
-        return f"{len(self.rows)} rows, {self.rows[0]} to {self.rows[-1]}"
+        """Every row by name: bare up to :data:`ROWS_BARE` of them, else their number and the
+        names in parentheses (the layer table's rows have no order a range could stand for).
+
+        >>> WeightGroup(None, 2, 0, 0, ("router", "LM head", "embedding")).rows_text
+        '3 rows (router, LM head and embedding)'
+        """
+        names = self.rows[0] if len(self.rows) == 1 else f"{', '.join(self.rows[:-1])} and {self.rows[-1]}"
+        return names if len(self.rows) <= ROWS_BARE else f"{len(self.rows)} rows ({names})"
 
     def to_json(self, dtype_name: str) -> dict[str, Any]:
         name = dtype_name if self.format is None else self.format.name

@@ -8,7 +8,7 @@ from typing import Any
 
 from attnroof.model.grid import Grid, summary
 from attnroof.text import render
-from attnroof.text.model import Setting, architecture
+from attnroof.text.model import Setting, architecture, past_positions_lines
 from attnroof.text.render import table
 from attnroof.units import duration
 
@@ -35,6 +35,7 @@ def grid_text(s: Setting, g: Grid) -> str:
         f"{s.phase}, {len(batches)} batches × {len(contexts)} contexts = {len(batches) * len(contexts):,} "
         f"steps; weights {s.wdt.name}, KV cache {s.kdt.name}, activations {s.dt.name}; "
         f"{'fused' if s.fused else 'unfused'} attention",
+        *past_positions_lines(s.model, contexts),
         "",
     ]
     what = "tokens/s ≤" if decode else "step ≥ (time to first token)"

@@ -13,7 +13,8 @@ from attnroof.model.analysis import ModelAnalysis, OpResult, Totals
 from attnroof.model.batching import GemmCrossover
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import active_params, params
-from attnroof.model.memory import Memory
+from attnroof.model.memory import MODEL, Memory, largest_context
+from attnroof.model.notes import past_positions_warning
 from attnroof.operators import operator
 from attnroof.roofline import Roof
 from attnroof.text import render
@@ -87,12 +88,19 @@ def header(s: Setting, batch: int | None) -> list[str]:
         f"{m.name}: {shape}",
         render.device_line(s.device, s.roof),
         f"{what}; weights {_weights(s)}, KV cache {s.kdt.name}, activations {s.dt.name}; {attn} attention",
+        *past_positions_lines(m, [s.context]),
     ]
     names = list(dict.fromkeys([fmt for fmt, _ in s.stored] + [s.wdt.name]))
     if names != [s.dt.name]:
         stored = " and ".join(n for n in names if n != s.dt.name)
         lines.append(f"weights stored as {stored} are multiplied at the {s.dt.name} peak (--dtype)")
     return lines
+
+
+def past_positions_lines(model: ModelConfig, contexts: Sequence[int]) -> list[str]:
+    """The warning line for contexts past the model's own limit, or none."""
+    line = past_positions_warning(model, contexts)
+    return [] if line is None else [line]
 
 
 def _weights(s: Setting) -> str:
@@ -134,7 +142,7 @@ def step_text(s: Setting, a: ModelAnalysis) -> str:
         f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}, time ≥ {duration(t.time_s)}; {rate}",
         f"memory-bound {render.pct(t.memory_bound_share)} of the time; "
         f"attention takes {render.pct(t.attention_share)} of the time",
-        memory_line(a.memory, s.device.name, s.model.max_positions),
+        memory_line(a.memory, s.device.name),
         *(f"note: {n}" for n in a.notes),
     ]
     return "\n".join(out)
@@ -147,12 +155,15 @@ def _rate(t: Totals) -> str:
     return duration(t.time_s if t.ttft_s is None else t.ttft_s)
 
 
-def memory_line(mem: Memory, device: str, max_positions: int | None = None) -> str:
+def memory_line(mem: Memory, device: str) -> str:
     b = render.nbytes
     held, written = b(mem.kv_cache_bytes_per_token_held), b(mem.kv_cache_bytes_per_token_written)
     rate = (
         f"{held}/token" if held == written else f"{held}/token held at this context, {written}/token written"
     )
+    state = mem.recurrent_state_bytes_per_sequence
+    if state:
+        rate += f", recurrent state {b(state)} a sequence"
     used = (
         f"memory: weights {b(mem.weights_bytes)} + KV cache {b(mem.kv_cache_bytes)} "
         f"({rate}) + activations {b(mem.activation_bytes)} = {b(mem.total_bytes)}"
@@ -160,18 +171,37 @@ def memory_line(mem: Memory, device: str, max_positions: int | None = None) -> s
     if mem.capacity_bytes is None:
         return used + f"; {device} has no capacity figure (pass --capacity)"
     verdict = "fits" if mem.fits else "does NOT fit"
-    if mem.max_context is not None and max_positions and mem.max_context > max_positions:
-        ctx = f"{max_positions:,} (the model's limit; memory alone would allow {mem.max_context:,})"
-    elif mem.max_context is not None:
-        ctx = f"{mem.max_context:,}"
-    elif max_positions:  # a sliding window: the cache stops growing, the model's own limit remains
-        ctx = f"{max_positions:,} (the model's limit; the KV cache stops growing at the window)"
-    else:
-        ctx = "unbounded (the KV cache stops growing at the window)"
+    why = (
+        "the recurrent state does not grow with the context"
+        if state and not mem.kv_cache_bytes_per_token_written
+        else "the KV cache stops growing at the window"
+    )
+    ctx = largest_context_text(
+        mem.max_context_by_memory, mem.max_context_by_model, mem.capacity_bytes, f"unbounded ({why})", why
+    )
     return (
         f"{used} of {b(mem.capacity_bytes)}: {verdict}; largest batch at this context {mem.max_batch:,}, "
         f"largest context at this batch {ctx}"
     )
+
+
+def largest_context_text(
+    by_memory: int | None,
+    by_model: int | None,
+    capacity_bytes: float | None,
+    unbounded: str,
+    why_unbounded: str = "memory does not limit it",
+) -> str:
+    """The largest context as the memory lines state it (:func:`attnroof.model.memory.largest_context`,
+    what JSON's ``max_context`` holds), with memory's own limit beside the model's when that sets it
+    (``why_unbounded``: why memory has none)."""
+    limit, by = largest_context(by_memory, by_model, capacity_bytes)
+    if limit is None:
+        return unbounded
+    if by == MODEL:
+        other = f"memory alone would allow {by_memory:,}" if by_memory is not None else why_unbounded
+        return f"{limit:,} (the model's limit; {other})"
+    return f"{limit:,}"
 
 
 def sweep_text(

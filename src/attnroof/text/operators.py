@@ -135,10 +135,10 @@ def sweep_text(d: int, causal: bool, device: Device, roof: Roof, rows: Sequence[
         ]
         for r in rows
     ]
-    headers = ["s", "I unfused", "I fused", "unfused", "fused", "time unfused", "time fused"]
+    headers = ["s", "I unfused", "I fused", "unfused", "fused", "time unfused/head", "time fused/head"]
     return "\n".join(
         [
-            f"attention{mask} sweep, d={d}",
+            f"attention{mask} sweep, d={d}: one head of one sequence, so times are per head",
             render.device_line(device, roof),
             "",
             table(headers, body, "rrrllrr"),

@@ -136,9 +136,9 @@ def spread_text(setting: Setting, s: Spread, links: Links, head: list[str] | Non
     ]
     mem = replace(s.busiest_memory, max_batch=s.stage_max_batch)  # the tightest stage's
     if isinstance(mem, TrainMemory):
-        out += _train_lines(s, t, mem, setting.model.max_positions)
+        out += _train_lines(s, t, mem)
     else:
-        line = memory_line(mem, setting.device.name, setting.model.max_positions)
+        line = memory_line(mem, setting.device.name)
         out.append("per device " + line + global_batch(s))
     out += [f"note: {n}" for n in s.notes]
     return "\n".join(out)
@@ -164,7 +164,7 @@ def estimate_schedule(s: Spread) -> str:
     )
 
 
-def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory, max_positions: int | None) -> list[str]:
+def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
     from attnroof.text.training import train_memory_text
 
     zero = f"ZeRO {s.plan.zero}" if s.plan.zero else "no ZeRO sharding"
@@ -174,9 +174,7 @@ def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory, max_positions: 
         if t["sync_time_s"]
         else None
     )
-    memory = train_memory_text(
-        mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch", max_positions=max_positions
-    )
+    memory = train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch")
     return [
         *([sync] if sync else []),
         f"model FLOPs {render.flops(t['model_flops'])} over {render.plural(s.plan.devices, 'device')}: "

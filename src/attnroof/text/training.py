@@ -14,7 +14,7 @@ from attnroof.passes import WORDS
 from attnroof.roofline import Roof, place
 from attnroof.sheet_backward import BackwardPart
 from attnroof.text import render
-from attnroof.text.model import OP_HEADERS, op_row
+from attnroof.text.model import OP_HEADERS, largest_context_text, op_row
 from attnroof.text.render import table
 from attnroof.units import duration
 
@@ -67,9 +67,7 @@ def train_text(head: list[str], a: TrainAnalysis) -> str:
 
 
 def train_memory_line(a: TrainAnalysis) -> str:
-    return train_memory_text(
-        a.memory, a.prec.optimizer, a.recompute, params(a.model), max_positions=a.model.max_positions
-    )
+    return train_memory_text(a.memory, a.prec.optimizer, a.recompute, params(a.model))
 
 
 def train_memory_text(
@@ -79,7 +77,6 @@ def train_memory_text(
     n_params: int | None = None,
     zero: int = 0,
     batch_word: str = "batch",
-    max_positions: int | None = None,
 ) -> str:
     """Weights, gradients, optimizer state and activations, and whether they fit (with the
     bytes per parameter when ``n_params`` is given, and what ZeRO shards)."""
@@ -96,9 +93,7 @@ def train_memory_text(
     if m.capacity_bytes is None:
         return used + "; no capacity figure (pass --capacity)"
     verdict = "fits" if m.fits else "does NOT fit"
-    ctx = "unbounded" if m.max_context is None else f"{m.max_context:,}"
-    if m.max_context is not None and max_positions and m.max_context > max_positions:
-        ctx = f"{max_positions:,} (the model's limit; memory alone would allow {m.max_context:,})"
+    ctx = largest_context_text(m.max_context_by_memory, m.max_context_by_model, m.capacity_bytes, "unbounded")
     return (
         f"{used} of {b(m.capacity_bytes)}: {verdict}; largest {batch_word} at this context "
         f"{m.max_batch:,}, largest context at this {batch_word} {ctx}"
