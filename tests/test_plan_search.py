@@ -77,6 +77,28 @@ def test_llama_70b_on_64_h100s_a_megatron_plan_first():
     assert same["estimate_time_s"] == pytest.approx(best["estimate_time_s"], rel=1e-12)
 
 
+def test_every_plan_considered_is_counted_and_the_front_told_apart():
+    """Llama-3.1-70B on 64 H100s: the plans considered are those tried and those refused before
+    (785 break the pipeline schedule's rules; "47,226 tried" alone left them out), and plans
+    whose bounds differ print differently (at 3 digits the first four all read 31.5 s; they
+    differ by 4 in 10^5)."""
+    argv = ("plan", *L70, "--devices", "64", "--phase", "train", "--global-batch", "4M", "--context", "8192")
+    out = run_cli(*argv, "--json").json()
+    assert out["considered"] == out["tried"] + sum(out["refused"].values())
+    assert out["considered"] == out["fit"] + sum(out["rejected"].values())
+    assert out["refused"][NOT_SCHEDULE] == 785
+    text = run_cli(*argv, "--top", "12").stdout
+    assert f"{out['considered']:,} plans considered, {out['tried']:,} tried, {out['fit']:,} fit" in text
+    assert f"refused before they were tried: 785 {NOT_SCHEDULE}" in text
+    rows = [ln.split("|") for ln in text.splitlines() if ln.startswith("|") and "devices" in ln]
+    shown = [r[3].strip() for r in rows]
+    times = [r["time_s"] for r in out["front"][:12]]
+    assert len(rows) == 12
+    for i in range(12):
+        for j in range(i):
+            assert (shown[i] == shown[j]) == (times[i] == times[j]), (shown[i], shown[j])
+
+
 def test_the_front_is_not_dominated():
     """No plan on the front is beaten on all three of time, memory and devices by another plan
     that fits."""

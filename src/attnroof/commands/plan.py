@@ -170,6 +170,8 @@ def _run(args: argparse.Namespace) -> int:
                 "context": args.context,
                 "batch": batch,
                 "devices": args.devices,
+                "considered": found.tried + sum(found.refused.values()),
+                "refused": dict(found.refused),
                 "tried": found.tried,
                 "costed": found.costed,
                 "fit": len(found.rows),

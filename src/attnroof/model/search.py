@@ -185,6 +185,12 @@ class Search:
     least_misfit_bytes: float | None = None
     """The least memory per device of the plans that did not fit."""
 
+    @property
+    def refused(self) -> Counter[str]:
+        """The rejections before a plan is tried (the rules, ``--where``): every reason but not
+        fitting and not splitting over sequence parallelism, which only trying finds."""
+        return Counter({why: n for why, n in self.rejected.items() if why not in (NOT_FIT, NOT_SEQUENCE)})
+
 
 def divisors(n: int) -> list[int]:
     """Every d that divides ``n``, smallest first (pairs d, n/d up to √n).

@@ -327,7 +327,10 @@ function drawPlans(pl) {
     name, type: "scatter", mode: "markers", x: plans.map((p) => p.memory_per_device_bytes), y: plans.map((p) => p.time_s),
     customdata: plans.map(point), hovertemplate: hover, marker: { color, size },
   });
-  $("plans-note").textContent = `${pl.tried} plans tried on up to ${pl.devices} ${pl.device}, ${pl.fit} fit; `
+  const refused = pl.considered - pl.tried;
+  $("plans-note").textContent = `${pl.considered.toLocaleString("en-US")} plans considered on up to ${pl.devices} `
+    + `${pl.device}` + (refused ? ` (${refused.toLocaleString("en-US")} refused by the rules before they were tried)` : "")
+    + `, ${pl.tried.toLocaleString("en-US")} tried, ${pl.fit.toLocaleString("en-US")} fit; `
     + `the Pareto front holds ${pl.front.length}.`;
   const body = $("plans").querySelector("tbody");
   body.replaceChildren(...pl.front.map((p) => {
