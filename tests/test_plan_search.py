@@ -209,3 +209,17 @@ def test_an_error_is_the_one_a_single_process_meets():
     one, two = run_cli(*argv, env={"ATTNROOF_WORKERS": "1"}), run_cli(*argv, env={"ATTNROOF_WORKERS": "2"})
     assert one.returncode == two.returncode == 2 and one.stderr == two.stderr
     assert "--dp 16" in one.stderr and len(one.stderr.strip().splitlines()) == 1
+
+
+def test_a_context_past_the_models_limit_is_said_in_the_header():
+    """Nemotron-H-8B's config allows 8,192 positions: a search at 16,384 says so under the header
+    and in JSON, as ``model`` does."""
+    argv = ("plan", "--model", "nemotron-h-8b", "--device", "h100", "--devices", "8", "--phase", "train",
+            "--global-batch", "1M")  # fmt: skip
+    past = run_cli(*argv, "--context", "16384")
+    assert past.stdout.splitlines()[2].startswith(
+        "warning: context 16,384 is past the model's limit of 8,192"
+    )
+    assert run_cli(*argv, "--context", "16384", "--json").json()["context_beyond_model_limit"] is True
+    within = run_cli(*argv, "--context", "8192")
+    assert "warning" not in within.stdout

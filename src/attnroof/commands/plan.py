@@ -90,6 +90,7 @@ def batch_of(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from attnroof.model.layers import Precision
+    from attnroof.model.notes import past_positions
     from attnroof.model.search import Choices, Option, parse_where, search
     from attnroof.model.spread import Spread, spread
     from attnroof.model.train_spread import step_totals, train_plan_memory, train_spread
@@ -168,6 +169,7 @@ def _run(args: argparse.Namespace) -> int:
                 "dtype": dt.name,
                 "phase": args.phase,
                 "context": args.context,
+                "context_beyond_model_limit": bool(past_positions(model, [args.context])),
                 "batch": batch,
                 "devices": args.devices,
                 "considered": found.tried + sum(found.refused.values()),
@@ -182,7 +184,7 @@ def _run(args: argparse.Namespace) -> int:
             row_per_line="plans",
         )
         return 0
-    from attnroof.text.model import Setting, header
+    from attnroof.text.model import Setting, header, past_positions_lines
     from attnroof.text.parallel import links_line
     from attnroof.text.search import search_text
 
@@ -192,7 +194,12 @@ def _run(args: argparse.Namespace) -> int:
         if train
         else header(setting, batch)[2]
     )
-    head = [*header(setting, None)[:2], f"{what}; on up to {args.devices:,} devices", links_line(links)]
+    head = [
+        *header(setting, None)[:2],
+        *past_positions_lines(model, [args.context]),
+        f"{what}; on up to {args.devices:,} devices",
+        links_line(links),
+    ]
     print(search_text(head, found, args.top, train, args.phase == "decode"))
     return 0
 
