@@ -29,7 +29,7 @@ from typing import Any
 
 from attnroof import arrays
 from attnroof.devices.links import Link, Links
-from attnroof.model.layers import EMBEDDING, HEAD, LAYER, Step, layer_table
+from attnroof.model.layers import EMBEDDING, HEAD, LAYER, MOE, Step, layer_table, mlp_row_kind
 from attnroof.model.parallel import Plan, Shard, group_link, local_members
 from attnroof.model.schedules import schedule
 from attnroof.model.spec import ModelConfig
@@ -221,22 +221,34 @@ def context_ring(
     return out
 
 
-def tp_blocks(model: ModelConfig, shard: Shard) -> tuple[int, int]:
-    """The device's layers with a mixer block and with an MLP block: each ends in a row-parallel
-    GEMM and its all-reduce (every layer has both, but a hybrid's: Nemotron-H's blocks are one or
-    the other, Mamba-2's have no MLP; issue 23).
+def tp_blocks(model: ModelConfig, shard: Shard) -> tuple[int, dict[str, int]]:
+    """The device's layers with a mixer block, and its layers with an MLP block by the kind their
+    MLP rows are filed under (:func:`attnroof.model.layers.mlp_row_kind`): each block ends in a
+    row-parallel GEMM and its all-reduce, which belongs with that block's kernels (every layer has
+    both, but a hybrid's: Nemotron-H's blocks are one or the other, Mamba-2's have no MLP; issue 23).
 
     >>> from attnroof.model.config import builtin
     >>> from attnroof.model.parallel import Shard
     >>> tp_blocks(builtin("nemotron-h-8b"), Shard(tp=2, ep=1, first=0, stop=52))   # 24 Mamba-2 + 4 attention; 24 MLP
-    (28, 24)
+    (28, {'layer': 24})
+    >>> tp_blocks(builtin("deepseek-v3"), Shard(tp=8, ep=1, first=0, stop=61))     # MLP of 3 dense layers, 58 MoE
+    (61, {'dense MLP': 3, 'MoE': 58})
     """
-    mixers = mlps = 0
+    mixers = 0
+    mlps: dict[str, int] = {}
     for first, stop in shard.ranges:
         for kind, n in model.layer_kinds(first, stop).items():
             mixers += n * (kind.mixer != "none")
-            mlps += n * kind.mlp
+            if kind.mlp:
+                row_kind = mlp_row_kind(model, kind)
+                mlps[row_kind] = mlps.get(row_kind, 0) + n
     return mixers, mlps
+
+
+def mlp_block_name(kind: str) -> str:
+    """The MLP block of ``kind``, as its collectives' names say it: MoE where its rows are filed
+    under MoE (a model with dense and expert layers), else MLP."""
+    return "MoE" if kind == MOE else "MLP"
 
 
 def stage_comms(
@@ -253,7 +265,10 @@ def stage_comms(
             out += block_reduce(block, t, link, EMBEDDING, 1, sp=plan.sp, name="embedding all-reduce")
         mixers, mlps = tp_blocks(model, shard)
         out += block_reduce(block, t, link, LAYER, mixers, sp=plan.sp, name="attention all-reduce")
-        out += block_reduce(block, t, link, LAYER, mlps, sp=plan.sp, name="MLP all-reduce")
+        for kind, count in mlps.items():
+            out += block_reduce(
+                block, t, link, kind, count, sp=plan.sp, name=f"{mlp_block_name(kind)} all-reduce"
+            )
         if last:  # the last tokens' logits, V/t of them on each device, gathered whole
             logits = step.tokens("last") * model.vocab * item
             out.append(CommOp(coll.all_gather(logits, t, name="logits all-gather"), 1, link, HEAD))

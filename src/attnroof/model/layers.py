@@ -144,6 +144,22 @@ def stage_table(model: ModelConfig, first: int, stop: int) -> list[OpInstance]:
     return list(_layer_table(model, first, stop))
 
 
+def mlp_row_kind(model: ModelConfig, kind: Any) -> str:
+    """The kind a layer's MLP rows are filed under: MoE or dense MLP where the model has both
+    (experts on some layers), else the layer's own kind.
+
+    >>> from attnroof.model.config import builtin
+    >>> m = builtin("deepseek-v3")                 # 3 dense layers, then 58 of experts
+    >>> [mlp_row_kind(m, k) for k in m.layer_kinds()]
+    ['dense MLP', 'MoE']
+    >>> [mlp_row_kind(builtin("llama-3.1-8b"), k) for k in builtin("llama-3.1-8b").layer_kinds()]
+    ['layer']
+    """
+    if not any(k.moe for k in model.layer_kinds()):
+        return LAYER
+    return MOE if kind.moe else DENSE_MLP
+
+
 @lru_cache(maxsize=256)
 def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) -> tuple[OpInstance, ...]:
     """The rows of layers ``first`` to ``stop − 1``: each layer kind's rows built once, times the
@@ -151,14 +167,13 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
     counts both)."""
     every = model.layer_kinds()
     mixed_windows = len({kind.window for kind in every}) > 1
-    mixed_mlp = any(kind.moe for kind in every)
     last = model.layers if stop is None else stop
     first_rows: dict[tuple[Any, ...], OpInstance] = {}
     counts: dict[tuple[Any, ...], int] = {}
     mixed_mixers = len({kind.mixer for kind in every}) > 1
     for kind, n in model.layer_kinds(first, last).items():
         attn_kind = (LOCAL if kind.window is not None else GLOBAL) if mixed_windows else LAYER
-        mlp_kind = (MOE if kind.moe else DENSE_MLP) if mixed_mlp else LAYER
+        mlp_kind = mlp_row_kind(model, kind)
         if model.mixers is None:
             built = rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows)
         else:  # a hybrid's layer (issue 23)

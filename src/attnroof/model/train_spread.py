@@ -81,6 +81,7 @@ from attnroof.model.comms import (
     block_reduce,
     context_ring,
     expert_exchange,
+    mlp_block_name,
     stage_send,
     tp_blocks,
 )
@@ -150,17 +151,17 @@ def tp_comms(
             out.append(
                 CommOp(coll.all_reduce(block, t, name="embedding all-reduce"), 1, link, EMBEDDING, FORWARD)
             )
-    blocks = dict(zip(("attention", "MLP"), tp_blocks(model, shard), strict=True))
+    mixers, mlps = tp_blocks(model, shard)
+    # (name, kind its kernels are filed under, blocks): each block's sum goes with its kernels
+    blocks = [("attention", LAYER, mixers), *((mlp_block_name(k), k, n) for k, n in mlps.items())]
     for pass_name in layer_passes(recompute):  # Megatron-LM's g forward, f (its conjugate) backward
-        for what in ("attention", "MLP"):
+        for what, kind, count in blocks:
             name = f"{what} all-reduce"
-            out += block_reduce(
-                block, t, link, LAYER, blocks[what], sp=plan.sp, name=name, pass_name=pass_name
-            )
+            out += block_reduce(block, t, link, kind, count, sp=plan.sp, name=name, pass_name=pass_name)
     if plan.sp:  # each column GEMM's input kept as its 1/t, gathered again for dW
-        for what in ("attention", "MLP"):
+        for what, kind, count in blocks:
             gather = coll.all_gather(block, t, name=f"{what} input again (AG)")
-            out.append(CommOp(gather, blocks[what], link, LAYER, BACKWARD))
+            out.append(CommOp(gather, count, link, kind, BACKWARD))
     if last:
         loss = coll.all_reduce(tokens * FP32_BYTES, t, name="loss all-reduce")
         out.append(CommOp(loss, LOSS_REDUCTIONS, link, HEAD, FORWARD))
