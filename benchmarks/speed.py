@@ -265,6 +265,42 @@ def time_plan(argv: list[str]) -> tuple[float, int]:
     return statistics.median(times), tried
 
 
+GPU_CHECK_CPU_TARGET_S = 120.0
+FLUSH_TARGET_S = 0.5
+
+
+def gpu_check_targets(report: Callable[[str, float, float, str], None]) -> None:
+    """The targets tests/test_gpu_check.py and tests/test_gpu_path.py once asserted (a test asserts
+    no time): ``benchmarks/gpu_check.sh`` without CUDA, the whole flow on the CPU (one thread, a
+    new output folder): ≤ 120 s wall; and the CPU cache flush between timed calls, 64 MiB read
+    as 8-byte words: < 0.5 s a flush (a sum of int8 widened each byte: ~1.5 s)."""
+    import shutil
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    out = tempfile.mkdtemp(prefix="gpu_check-speed-")
+    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="", ATTNROOF_CPU_THREADS="1")
+    t0 = time.perf_counter()
+    subprocess.run(["bash", str(root / "benchmarks" / "gpu_check.sh"), out], env=env, capture_output=True)
+    wall = time.perf_counter() - t0
+    shutil.rmtree(out, ignore_errors=True)
+    report("gpu_check.sh on the CPU, whole flow, one thread", wall, GPU_CHECK_CPU_TARGET_S, "s")
+
+    from attnroof.measure import env as measure_env
+
+    sized = measure_env.cpu_flush_bytes
+    measure_env.cpu_flush_bytes = lambda: 64 * measure_env.MiB
+    try:
+        dev = measure_env.local_device("cpu")
+        dev.flush_caches()  # the buffer made and zeroed, as the first flush does
+        t0 = time.perf_counter()
+        for _ in range(3):
+            dev.flush_caches()
+    finally:
+        measure_env.cpu_flush_bytes = sized
+    report("CPU cache flush, 64 MiB, mean of 3", (time.perf_counter() - t0) / 3, FLUSH_TARGET_S, "s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -348,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             MAX_RATE_TARGET_S,
             "s",
         )
+        gpu_check_targets(report)
 
     found = find_peers(args.peer_python)
     if not found or not any(found["peers"].values()):
