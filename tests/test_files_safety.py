@@ -291,9 +291,13 @@ def test_suite_force_starts_a_file_over(tmp_path, ceilings_file):
 
 def test_plot_and_report_overwrite_their_own_output_but_not_measurements(tmp_path):
     chart = tmp_path / "chart.svg"
-    chart.write_text("<svg>an older chart</svg>")
-    assert run_cli("plot", "-o", str(chart)).returncode == 0  # a picture is not a measurement
+    chart.write_text("<svg>someone else's drawing</svg>")
+    # not attnroof's chart: it used to be replaced (only measurements were protected)
+    assert_one_line_error(run_cli("plot", "-o", str(chart)), "chart.svg", "not an attnroof file", "--force")
+    assert chart.read_text() == "<svg>someone else's drawing</svg>"
+    assert run_cli("plot", "-o", str(chart), "--force").returncode == 0
     assert chart.read_text().lstrip().startswith("<?xml")
+    assert run_cli("plot", "-o", str(chart)).returncode == 0  # now its own: replaced without --force
     for command, name in (("plot", "m.png"), ("report", "m.html")):
         path = tmp_path / name
         before = _results_file(path)

@@ -75,6 +75,7 @@ def test_help_imports_no_command_module() -> None:
         "attnroof.cli",
         "attnroof.commands",
         "attnroof.commands._run",  # the parsers and the run of one command: no command's module
+        "attnroof.escaping",  # every line printed goes through its filter
     ]
 
 

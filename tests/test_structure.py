@@ -223,7 +223,7 @@ def test_no_import_loops_between_packages():
 
 
 PACKAGE_RANKS = [
-    {"errors", "units", "jsonable"},
+    {"errors", "units", "jsonable", "escaping"},
     {"dtypes", "validate", "outfile"},
     {"formats"},
     {"cost", "arrays", "devices"},

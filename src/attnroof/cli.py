@@ -44,7 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # ends, so the garbage collector need not walk it again, in the run's collections nor in
     # the last one at exit (some 5 ms of a 60 ms `attnroof model`). Not done for main(argv)
     # called by another program, whose objects are not ours to keep.
-    return run(sys.argv[1:] if argv is None else argv, freeze=argv is None)
+    # Every line it prints goes through one filter: a control character from a user's file or
+    # flag (a device named "\x1b[31m") is shown escaped, never sent to the terminal.
+    from attnroof.escaping import escaped_streams
+
+    with escaped_streams():
+        return run(sys.argv[1:] if argv is None else argv, freeze=argv is None)
 
 
 if __name__ == "__main__":

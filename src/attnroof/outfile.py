@@ -16,11 +16,18 @@ What a path given for output is, decides how it is written:
 A **missing folder** is never created: the path is refused with one line naming the folder that
 does not exist (a typo in a folder name should not scatter results into a new tree).
 
-**Measurements are protected.** A file that holds measurements (an attnroof results file with
-records, or a ceilings file) is never overwritten unless the command is told to (``--force``);
-:func:`check_overwrite` says why a path is protected. The JSON-lines results file is appended
-to, a record at a time, by one run at a time (:class:`Lock`); see
-:class:`attnroof.measure.records.ResultsFile`.
+**Measurements are protected, and so are other people's files.** A file that holds measurements
+(an attnroof results file with records, or a ceilings file) is never overwritten unless the
+command is told to (``--force``); nor is any other non-empty file that is not the writer's own
+earlier output, which each writer tells by a mark it puts in its files (attnroof as creator in a
+chart's metadata, a ``generator`` meta tag in a report, the format line of a calibration). Through
+a symbolic link, the file it points to is judged. :func:`check_overwrite` says why a path is
+protected. The JSON-lines results file is appended to, a record at a time, by one run at a time
+(:class:`Lock`); see :class:`attnroof.measure.records.ResultsFile`.
+
+**Hidden siblings fit any name.** The temporary and lock files beside the output (one filesystem
+for the rename) are ``.NAME.XXXXXXXX.tmp`` and ``.NAME.lock``, cut and hashed where that would pass
+the folder's limit on a name (:func:`hidden_sibling`): every legal name can be written.
 
 Error messages here name the path only; the commands add which flag it came from.
 """
@@ -28,7 +35,9 @@ Error messages here name the path only; the commands add which flag it came from
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import stat
@@ -40,12 +49,26 @@ from pathlib import Path
 from attnroof.errors import InputError
 
 SNIFF_BYTES = 64 * 1024
-"""How much of an existing file is read to tell whether it holds measurements."""
+"""How much of an existing file is read (its start; its end too, for a mark) to tell what it holds."""
 
 CEILINGS_FORMAT_PREFIX = "attnroof-ceilings/"
 
-FORCE_HELP = "overwrite the output file even if it holds measurements (default: refuse)"
+FORCE_HELP = "overwrite the output file even if it holds measurements or is not attnroof's (default: refuse)"
 """Help of every writer's overwrite flag: one name (``--force``) and one meaning everywhere."""
+
+_HTML = (b'<meta name="generator" content="attnroof ', b"<title>attnroof report: ")
+OWN_MARKS: dict[str, tuple[bytes, ...]] = {
+    ".png": (b"tEXtSoftware\x00attnroof ",),
+    ".svg": (b"<dc:title>attnroof ",),
+    ".pdf": (b"/Creator (attnroof ",),
+    ".html": _HTML,
+    ".htm": _HTML,
+}
+"""How attnroof's own output of each kind names it as its creator (``plot.files.CREATOR``), in its
+first or last :data:`SNIFF_BYTES` (a PDF's is at its end); an older report, by its title."""
+
+NAME_MAX = 255
+"""Bytes in a file name, where the folder does not say (``pathconf``): Linux's and macOS's limit."""
 
 
 class OutputError(InputError):
@@ -124,40 +147,66 @@ def check_overwrite(
     path: str | os.PathLike[str],
     *,
     force: bool = False,
-    foreign: bool = True,
+    foreign: bool = False,
     hint: str = "",
-    own_marker: str = "",
+    own_marker: str | bytes | tuple[str | bytes, ...] | None = None,
 ) -> None:
-    """Raise :class:`OutputError` when ``path`` holds measurements and ``force`` is false; with
-    ``foreign=False`` also when it is a non-empty regular file of any other content (a writer
-    whose output is data, not a picture, leaves other people's files alone) — except one whose
-    first bytes contain ``own_marker``, the writer's own earlier output. ``hint`` ends the
-    message: the command's way out, e.g. its flag."""
+    """Raise :class:`OutputError`, unless ``force``, when ``path`` (through a symlink: the file it
+    points to) holds measurements, or is a non-empty regular file of any other content — except
+    one that shows ``own_marker`` (a mark or several, found in its first or last
+    :data:`SNIFF_BYTES`; by default the marks of the kind its suffix names, :func:`own_marks`),
+    the writer's own earlier output. ``foreign=True`` lets any file but measurements be replaced.
+    ``hint`` ends the message: the command's way out, e.g. its flag."""
     if force:
         return
+    shown = _shown(path)
     held = measurements_in(path)
     if held is not None:
-        raise OutputError(f"{str(path)!r} holds {held}: it is not overwritten{hint}")
-    if not foreign:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return
-        if (
-            stat.S_ISREG(st.st_mode)
-            and st.st_size > 0
-            and not (own_marker and _starts_with(path, own_marker))
-        ):
-            raise OutputError(f"{str(path)!r} is not an attnroof file: it is not overwritten{hint}")
-
-
-def _starts_with(path: str | os.PathLike[str], marker: str, window: int = 256) -> bool:
-    """``marker`` within the first ``window`` characters of the file (unreadable: False)."""
+        raise OutputError(f"{shown} holds {held}: it is not overwritten{hint}")
+    if foreign:
+        return
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return marker in f.read(window)
+        st = os.stat(path)
+    except OSError:
+        return
+    if own_marker is None:
+        marks: tuple[str | bytes, ...] = own_marks(path)
+    else:
+        marks = (own_marker,) if isinstance(own_marker, str | bytes) else own_marker
+    if stat.S_ISREG(st.st_mode) and st.st_size > 0 and not _shows(path, marks):
+        raise OutputError(f"{shown} is not an attnroof file: it is not overwritten{hint}")
+
+
+def own_marks(path: str | os.PathLike[str]) -> tuple[bytes, ...]:
+    """The marks of attnroof's own output of the kind ``path``'s suffix names (:data:`OWN_MARKS`)."""
+    return OWN_MARKS.get(Path(path).suffix.lower(), ())
+
+
+def _shown(path: str | os.PathLike[str]) -> str:
+    """``path`` for a message; a symbolic link with the file it points to."""
+    p = Path(path)
+    if p.is_symlink():
+        return f"{str(p)!r} (a link to {os.path.realpath(p)!r})"
+    return repr(str(p))
+
+
+def _shows(path: str | os.PathLike[str], marks: tuple[str | bytes, ...]) -> bool:
+    """One of ``marks`` in the first or last :data:`SNIFF_BYTES` of the file (unreadable: False)."""
+    wanted = [m.encode("utf-8") if isinstance(m, str) else m for m in marks if m]
+    if not wanted:
+        return False
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size <= 2 * SNIFF_BYTES:
+                parts = [f.read()]
+            else:
+                parts = [f.read(SNIFF_BYTES)]
+                f.seek(size - SNIFF_BYTES)
+                parts.append(f.read(SNIFF_BYTES))
     except OSError:
         return False
+    return any(m in part for m in wanted for part in parts)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
@@ -194,7 +243,8 @@ def _replace(real: Path, data: bytes) -> None:
         old = os.stat(real)
     except FileNotFoundError:
         old = None
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+    prefix = hidden_sibling(real, ".", room=_RANDOM + len(".tmp"))
+    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=prefix, suffix=".tmp")
     done = False
     try:
         with os.fdopen(fd, "wb") as f:
@@ -215,6 +265,37 @@ def _replace(real: Path, data: bytes) -> None:
                 os.unlink(tmp)
 
 
+_RANDOM = 8
+"""Characters ``tempfile.mkstemp`` puts between its prefix and suffix."""
+
+
+def hidden_sibling(real: Path, suffix: str, *, room: int = 0) -> str:
+    """The name of a hidden file beside ``real``: ``.NAME`` + ``suffix``, with ``room`` bytes to
+    spare under the folder's limit on a name's length; where that would not fit, ``NAME`` cut and
+    16 hex digits of its SHA-256 added (the same for every run: the next writer finds the lock).
+
+    >>> hidden_sibling(Path("r.jsonl"), ".lock")
+    '.r.jsonl.lock'
+    >>> len(hidden_sibling(Path("a" * 255), ".lock").encode())
+    255
+    """
+    limit = _name_max(real.parent) - room
+    whole = f".{real.name}{suffix}"
+    if len(os.fsencode(whole)) <= limit:
+        return whole
+    digest = hashlib.sha256(os.fsencode(real.name)).hexdigest()[:16]
+    end = f"~{digest}{suffix}"
+    keep = max(0, limit - 1 - len(os.fsencode(end)))
+    return f".{os.fsencode(real.name)[:keep].decode('utf-8', 'ignore')}{end}"  # a cut character: gone
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -225,19 +306,22 @@ class Lock:
     """An advisory lock that one writer holds on a file it appends to for a long time (a
     measurement campaign), so that a second writer is refused instead of interleaving its lines.
 
-    The lock is ``flock`` on a sibling ``.NAME.lock``, not on the file itself: the file is
-    replaced by renaming a new copy over it (:func:`write_text`), and a lock on the old copy
-    would not stop a writer that opens the new one. The lock file says who holds it (process id
+    The lock is ``flock`` on a sibling ``.NAME.lock`` (:func:`hidden_sibling`), not on the file
+    itself: the file is replaced by renaming a new copy over it (:func:`write_text`), and a lock
+    on the old copy would not stop a writer that opens the new one. The lock file says who holds it (process id
     and start time, for the refusal's message); it is removed on :meth:`release`, and a lock left
     by a process that died is no lock (the kernel lets go of ``flock`` with the process)."""
 
     def __init__(self, real: Path, *, shown: str) -> None:
-        self.path = real.parent / f".{real.name}.lock"
+        self.path = real.parent / hidden_sibling(real, ".lock")
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:  # never through a symlink: the lock file is truncated, then removed
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
             except OSError as e:
-                raise OutputError(f"cannot write {shown!r}: {e.strerror or e}") from None
+                why = e.strerror or str(e)
+                if e.errno == errno.ELOOP:
+                    why = f"its lock file {str(self.path)!r} is a symbolic link (not attnroof's: remove it)"
+                raise OutputError(f"cannot write {shown!r}: {why}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

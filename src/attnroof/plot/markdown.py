@@ -15,6 +15,8 @@ import html
 import re
 from dataclasses import dataclass, field
 
+from attnroof.escaping import escape_output
+
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)\s*$")
 _RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$")
@@ -30,7 +32,7 @@ _SAFE_URL = re.compile(r"^(https?:|mailto:|#|\.{0,2}/|[\w.-]+(/|$))", re.I)
 
 
 def _escape(text: str) -> str:
-    return html.escape(text, quote=True)
+    return html.escape(escape_output(text), quote=True)  # a control character shown escaped
 
 
 def _emphasis(escaped: str) -> str:

@@ -14,8 +14,9 @@ from attnroof import __version__, outfile
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
+from attnroof.escaping import escaped
 from attnroof.plot.chart import draw_roofline, mark_shape
-from attnroof.plot.files import figure_svg
+from attnroof.plot.files import CREATOR, figure_svg
 from attnroof.plot.inputs import (
     DECODE_KINDS,
     LINEAR_KINDS,
@@ -68,7 +69,8 @@ footer { margin-top: 3rem; color: var(--muted); font-size: 0.85rem; border-top: 
 
 
 def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` as HTML text, its control characters shown escaped (a device file's name)."""
+    return html.escape(escaped(str(text)), quote=True)
 
 
 def _figure(svg: str, caption: str, gid: str) -> str:
@@ -261,6 +263,7 @@ def report_html(
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="generator" content="{_e(CREATOR)}">\n'  # how a later run knows its own
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<main>\n"
         + "\n".join(parts)

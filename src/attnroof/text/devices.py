@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from attnroof.devices import Device
 from attnroof.dtypes import DTYPES, rate_unit
+from attnroof.escaping import escaped
 from attnroof.text.render import table
 from attnroof.units import GB, MB, TB_PER_S, TERA
 
@@ -66,7 +67,7 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
             ridge = f"{dev.ridge(shown):.1f}"
         rows.append(
             [
-                dev.name,
+                escaped(dev.name),
                 dev.vendor or MISSING,
                 peak,
                 fig(dev.bandwidth_bytes_per_s, TB_PER_S),
@@ -113,8 +114,8 @@ def device_text(dev: Device) -> str:
     order = [d for d in DTYPES if d in dev.peak_flops_per_s]
     rows = [[d, f"{fig(dev.peak(d), TERA)} {peak_unit(d)}", f"{dev.ridge(d):.1f}"] for d in order]
     lines = [
-        dev.name + (f" ({kind})" if kind else ""),
-        "aliases: " + (", ".join(dev.aliases) or MISSING),
+        escaped(dev.name) + (f" ({kind})" if kind else ""),
+        "aliases: " + (", ".join(map(escaped, dev.aliases)) or MISSING),
         "memory: " + ", ".join(memory),
         "links: " + link_text(dev),
         "board power: " + power_text(dev),
@@ -143,7 +144,7 @@ def link_text(dev: Device) -> str:
     for link, domain in ((dev.links.scaleup, dev.links.scaleup_domain), (dev.links.scaleout, None)):
         if link is None:
             continue
-        name = f" ({link.name})" if link.name else ""
+        name = f" ({escaped(link.name)})" if link.name else ""
         size = f", {domain} devices a domain" if domain else ""
         parts.append(
             f"{link.kind} {fig(link.bandwidth_bytes_per_s, GB)} GB/s one way{name}{size}, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnroof.escaping import escaped
 from attnroof.model.grid import Grid, summary
 from attnroof.text import render
 from attnroof.text.model import Setting, architecture, past_positions_lines
@@ -30,7 +31,7 @@ def grid_text(s: Setting, g: Grid) -> str:
     batches, contexts = [int(b) for b in g.batch[:, 0]], [int(c) for c in g.context[0]]
     cap = s.device.capacity_bytes
     lines = [
-        f"{s.model.name}: {architecture(s.model)}",
+        f"{escaped(s.model.name)}: {architecture(s.model)}",
         render.device_line(s.device, s.roof),
         f"{s.phase}, {len(batches)} batches × {len(contexts)} contexts = {len(batches) * len(contexts):,} "
         f"steps; weights {s.wdt.name}, KV cache {s.kdt.name}, activations {s.dt.name}; "

@@ -9,6 +9,7 @@ from typing import Any
 
 from attnroof.devices import Device
 from attnroof.dtypes import DType
+from attnroof.escaping import escaped
 from attnroof.model.analysis import ModelAnalysis, OpResult, Totals
 from attnroof.model.batching import GemmCrossover
 from attnroof.model.config import ModelConfig
@@ -85,7 +86,7 @@ def header(s: Setting, batch: int | None) -> list[str]:
         what += f", batch {batch}"
     attn = "fused" if s.fused else "unfused"
     lines = [
-        f"{m.name}: {shape}",
+        f"{escaped(m.name)}: {shape}",
         render.device_line(s.device, s.roof),
         f"{what}; weights {_weights(s)}, KV cache {s.kdt.name}, activations {s.dt.name}; {attn} attention",
         *past_positions_lines(m, [s.context]),
@@ -157,6 +158,7 @@ def _rate(t: Totals) -> str:
 
 def memory_line(mem: Memory, device: str) -> str:
     b = render.nbytes
+    device = escaped(device)
     held, written = b(mem.kv_cache_bytes_per_token_held), b(mem.kv_cache_bytes_per_token_written)
     rate = (
         f"{held}/token" if held == written else f"{held}/token held at this context, {written}/token written"
@@ -271,7 +273,7 @@ def models_table(models: Sequence[ModelConfig]) -> str:
     """The built-in models, one row each."""
     rows = [
         [
-            m.name,
+            escaped(m.name),
             render.num(params(m) / GIGA),
             render.num(active_params(m, embedding=False) / GIGA),
             render.num(active_params(m) / GIGA),

@@ -8,6 +8,7 @@ from typing import Any
 
 from attnroof.analysis import Comparison, softmax_share
 from attnroof.devices import Device
+from attnroof.escaping import escaped
 from attnroof.footprint import Footprint
 from attnroof.roofline import Placement, Roof
 from attnroof.solve import Crossover
@@ -168,6 +169,7 @@ def crossover_text(d: int, causal: bool, device: Device, roof: Roof, res: Mappin
 
 
 def footprint_text(s: int, dtype: str, device: str, fp: Footprint) -> str:
+    device = escaped(device)
     lines = [
         f"score matrix ({dtype}) at s={s}: {render.nbytes(fp.bytes_per_head)} per head",
         f"× batch {fp.batch} × heads {fp.heads} × layers {fp.layers} = {render.nbytes(fp.bytes)}",

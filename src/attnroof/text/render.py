@@ -11,6 +11,7 @@ from typing import Any
 from attnroof.cost import Cost
 from attnroof.devices import Device
 from attnroof.dtypes import rate_unit
+from attnroof.escaping import escaped
 from attnroof.roofline import Placement, Roof
 from attnroof.units import duration, si
 
@@ -130,7 +131,7 @@ def device_line(dev: Device, roof: Roof) -> str:
     cap = f", {nbytes(dev.capacity_bytes)} memory" if dev.capacity_bytes else ""
     over = f" [overridden: {', '.join(dev.overridden)}]" if dev.overridden else ""
     return (
-        f"{dev.name}{over} ({roof.dtype}): peak {peak(roof.peak_flops_per_s, roof.dtype)}, "
+        f"{escaped(dev.name)}{over} ({roof.dtype}): peak {peak(roof.peak_flops_per_s, roof.dtype)}, "
         f"bandwidth {bandwidth(roof.bandwidth_bytes_per_s)}{cap}; ridge {num(roof.ridge)} FLOP/byte"
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnroof.escaping import escaped
 from attnroof.text.render import table
 from attnroof.units import duration, si
 
@@ -19,11 +20,11 @@ def render(result: Any) -> str:
     out: list[str] = []
     pools = result.pools
     where = ", ".join(
-        f"{name}: {p.devices} × {j.device.name}" + _plan(p.cost.plan) for name, p in pools.items()
+        f"{name}: {p.devices} × {escaped(j.device.name)}" + _plan(p.cost.plan) for name, p in pools.items()
     )
     t = j.traffic
     if t.requests_text is not None:
-        load = f"{s.requests + t.warmup} requests from {t.requests_origin}"
+        load = f"{s.requests + t.warmup} requests from {escaped(t.requests_origin)}"
     else:
         load = f"{t.num_requests} requests of {t.input_len or 1024} → {t.output_len or 128} tokens"
         if t.range_ratio:
@@ -35,7 +36,7 @@ def render(result: Any) -> str:
         load += ", all at once" if rate is None or math.isinf(rate) else f" at {rate:g}/s"
         if t.burstiness != 1 and rate is not None and math.isfinite(rate):
             load += f" (burstiness {t.burstiness:g})"
-    out.append(f"# {j.model.name} serving {load}")
+    out.append(f"# {escaped(j.model.name)} serving {load}")
     out.append(
         f"{where}; {j.roof.dtype}; seed {t.seed}" + (f", first {t.warmup} not counted" if t.warmup else "")
     )
@@ -111,7 +112,7 @@ def render(result: Any) -> str:
     if sp is not None:
         out.append("")
         out.append(
-            f"speculative decoding with {j.draft.name} proposing {sp.k} at acceptance {sp.alpha:g}: "
+            f"speculative decoding with {escaped(j.draft.name)} proposing {sp.k} at acceptance {sp.alpha:g}: "
             f"{sp.tokens_per_step:.3g} tokens a target step (1 − α^(k+1))/(1 − α); at batch {sp.batch}, context "
             f"{sp.context:,}: verify {_ms(sp.verify_step_s)} + {sp.k} × draft {_ms(sp.draft_step_s)} a round, "
             f"{_ms(sp.time_per_token_s)} a token against {_ms(sp.plain_step_s)} plain ({sp.speedup:.2f}×)"

@@ -14,6 +14,7 @@ from attnroof.analysis import softmax_flops, softmax_share
 from attnroof.cost import Cost
 from attnroof.devices import Device
 from attnroof.dtypes import DType
+from attnroof.escaping import escaped
 from attnroof.roofline import NEAR_RIDGE_FACTOR, Placement
 from attnroof.sheet import SOFTMAX_SHARE_WORTH_NOTING, Sheet, build_sheet
 from attnroof.solve import Crossover
@@ -94,7 +95,7 @@ def render_sheet(sh: Sheet) -> str:
     sm_flops = float(softmax_flops(u.cost))
     gemm = u.placement.flops - sm_flops
     lines: list[str] = [
-        f"# Attention roofline: {dev.name}, {dt.name}, s = {s}, d = {d}",
+        f"# Attention roofline: {escaped(dev.name)}, {dt.name}, s = {s}, d = {d}",
         "",
         f"Device: {render.device_line(dev, roof)}.",
         f"One head, forward pass, {render.plural(size, 'byte')} per element; softmax counted at "
@@ -217,26 +218,27 @@ def _unfused_condition(sh: Sheet) -> str:
     if c.never:
         return (
             general
-            + f" {sh.device.name}'s ridge is {num(sh.roof.ridge)}: no tuning of the three kernels changes that."
+            + f" {escaped(sh.device.name)}'s ridge is {num(sh.roof.ridge)}: no tuning of the three kernels changes that."
         )
     return (
         general
-        + f" {sh.device.name}'s ridge is {num(sh.roof.ridge)}, so here it does cross, at s = {c.s_min}."
+        + f" {escaped(sh.device.name)}'s ridge is {num(sh.roof.ridge)}, so here it does cross, at s = {c.s_min}."
     )
 
 
 def _footprint_lines(sh: Sheet) -> list[str]:
     one, allf, dev = sh.footprint_layer, sh.footprint_model, sh.device
+    name = escaped(dev.name)
     out = [
         f"Materialised, one head's scores take s²·{sh.dtype.itemsize:g} B = {render.nbytes(one.bytes_per_head)} at s = {sh.s}; "
         f"batch {sh.batch} × {render.plural(sh.heads, 'head')}: {render.nbytes(one.bytes)}.",
     ]
     if one.capacity_bytes is None:
-        out += ["", f"{dev.name} has no memory capacity in the catalog; pass --capacity to compare.", ""]
+        out += ["", f"{name} has no memory capacity in the catalog; pass --capacity to compare.", ""]
         return out
     out += [
         "",
-        f"- One layer: {render.pct(one.fraction_of_capacity)} of {dev.name}'s {render.nbytes(one.capacity_bytes)} "
+        f"- One layer: {render.pct(one.fraction_of_capacity)} of {name}'s {render.nbytes(one.capacity_bytes)} "
         f"({'fits' if one.fits else 'does not fit'}).",
         f"- {render.plural(sh.layers, 'layer')} kept for the backward pass: {render.nbytes(allf.bytes)}, "
         f"{num(allf.fraction_of_capacity)}× the capacity ({'fits' if allf.fits else 'does not fit'}); "
