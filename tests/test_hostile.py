@@ -37,6 +37,8 @@ def test_hostile(case: Case, tmp_path: Path) -> None:
             path.write_bytes(content)
         else:
             path.write_text(content)
+    if case.setup is not None:
+        case.setup(tmp_path)
     argv = [a.replace("{dir}", str(tmp_path)) for a in case.argv]
     result = run_cli(*argv, env=dict(case.env) or None)
     if case.error is None:

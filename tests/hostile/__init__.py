@@ -33,3 +33,6 @@ class Case(NamedTuple):
     needs_torch: bool = False
     """A case that torch answers (``measure`` refuses everything but its usage without torch): it
     skips where torch is not installed."""
+    setup: Callable[[Path], None] | None = None
+    """Called with the folder after ``files`` are written, for what a mapping of contents cannot
+    make (a symbolic link, an earlier run's output)."""

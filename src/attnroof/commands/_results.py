@@ -9,6 +9,7 @@ import argparse
 from typing import Any
 
 from attnroof.errors import InputError
+from attnroof.escaping import escaped
 from attnroof.text.render import plural
 
 
@@ -39,9 +40,9 @@ def interrupted(results: Any, path: str) -> str:
     from attnroof import outfile
 
     if results.stream:
-        return f"{plural(len(results.records), 'measurement')} written to {path}"
+        return f"{plural(len(results.records), 'measurement')} written to {escaped(path)}"
     kept = outfile.measurements_in(path) or "no measurements"  # the file, not memory: it is what counts
-    return f"{kept} kept in {path} — rerun with --resume to finish"
+    return f"{kept} kept in {escaped(path)} — rerun with --resume to finish"
 
 
 def suite_file(args: argparse.Namespace) -> Any:

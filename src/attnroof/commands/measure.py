@@ -25,6 +25,7 @@ from attnroof.commands._common import (
 from attnroof.commands._results import interrupted, results_file, same_device, suite_file
 from attnroof.devices import Device, get_device
 from attnroof.errors import InputError, read_json
+from attnroof.escaping import escaped
 from attnroof.text.render import plural
 
 # ---------------------------------------------------------------- shared steps
@@ -184,7 +185,8 @@ def _ceilings_run(args: argparse.Namespace) -> int:
     print()
     print(f"roof: {device.notes}; peaks per dtype = best matmul")
     if args.output:
-        print(f"written to {args.output} (use it as --ceilings {args.output} or --device {args.output})")
+        out = escaped(args.output)
+        print(f"written to {out} (use it as --ceilings {out} or --device {out})")
     return 0
 
 

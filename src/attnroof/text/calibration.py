@@ -8,6 +8,7 @@ from typing import Any
 
 from attnroof.calibration import Calibration, ImplFit
 from attnroof.calibration.forecast import Forecast, OpForecast
+from attnroof.escaping import escaped
 from attnroof.text import render
 from attnroof.text.render import table
 from attnroof.units import duration
@@ -71,7 +72,8 @@ def fit_text(cals: Sequence[Calibration], out_path: str | None) -> str:
     lines: list[str] = []
     for c in cals:
         lines += [
-            f"calibration: {c.catalog_device or 'no catalog device'} ({c.device or 'no device named'}), {c.dtype}",
+            f"calibration: {escaped(c.catalog_device or 'no catalog device')} "
+            f"({escaped(c.device or 'no device named')}), {c.dtype}",
             f"roofs: {render.rate(c.roofs.peak_flops_per_s)} matmul, {render.bandwidth(c.roofs.bandwidth_bytes_per_s)}"
             + (f", {c.roofs.sms} SMs" if c.roofs.sms else "")
             + (f", L2 {render.nbytes(c.roofs.l2_bytes)}" if c.roofs.l2_bytes else ""),
@@ -88,13 +90,13 @@ def fit_text(cals: Sequence[Calibration], out_path: str | None) -> str:
         lines += [f"  skipped {s['kind']} {s['impl']}: {s['reason']}" for s in c.skipped]
         lines.append("")
     if out_path:
-        lines.append(f"wrote {out_path}")
+        lines.append(f"wrote {escaped(str(out_path))}")
     return "\n".join(lines).rstrip()
 
 
 def forecast_lines(forecasts: Sequence[Forecast], bound_s: float, cal: Calibration) -> str:
     """Forecasts beside the bound, one line each."""
-    where = f"{cal.catalog_device or cal.device or 'an unnamed device'} {cal.dtype}"
+    where = f"{escaped(cal.catalog_device or cal.device or 'an unnamed device')} {cal.dtype}"
     lines = [f"forecast (calibrated on {where}; band from held-out errors), bound {duration(bound_s)}:"]
     for fc in forecasts:
         ratio = fc.time_s / bound_s if bound_s else float("nan")
