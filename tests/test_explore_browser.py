@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from attnroof.commands._run import run
-from attnroof.explore.server import make_server, url_of
+from attnroof.explore.server import make_server, page_url
 from conftest import run_cli_process
 
 pytestmark = pytest.mark.xdist_group("explore_browser")  # one worker, one browser
@@ -43,13 +43,19 @@ FLAGS = (
 
 
 @pytest.fixture(scope="module")
-def base() -> Iterator[str]:
+def site() -> Iterator[tuple[str, str]]:
+    """(the page's URL with this run's token, as the command prints it; the token)."""
     srv, explorer = make_server(run)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield url_of(srv)
+    yield page_url(srv, explorer), explorer.token
     srv.shutdown()
     srv.server_close()
     explorer.close()
+
+
+@pytest.fixture(scope="module")
+def base(site: tuple[str, str]) -> str:
+    return site[0]
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +201,8 @@ def test_a_view_is_shared_by_its_url(driver, base):
     assert all(_field(page, f) == v for f, v in shown.items())
 
 
-def test_a_bad_config_shows_its_one_line_error(driver, base):
+def test_a_bad_config_shows_its_one_line_error(driver, site):
+    base, token = site
     _open(driver, base)
     driver.find_element("css selector", "#config-box summary").click()
     before = _redraws(driver)
@@ -204,7 +211,8 @@ def test_a_bad_config_shows_its_one_line_error(driver, base):
     error = driver.find_element("id", "error")
     assert error.is_displayed()
     req = urllib.request.Request(
-        f"{base}api/model",
+        base.split("?")[0] + "api/model",
+        headers={"Content-Type": "application/json", "X-Attnroof-Token": token},
         data=json.dumps(
             {
                 "params": {

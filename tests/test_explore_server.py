@@ -1,9 +1,12 @@
 """attnroof explore's server, over HTTP without a browser: each answer is the command line's JSON
 for the same inputs, byte for byte; a bad request is one line of JSON and status 400; no
-request reads a file of its choosing (a pasted text is the only file, in the server's folder)."""
+request reads a file of its choosing (a pasted text is the only file, in the server's folder).
+Every request here carries the server's token, as the page's do (tests/test_explore_hostile.py
+sends those that do not)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -32,20 +35,39 @@ source = "a test's own figures"
 """
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, Explorer]]:
-    srv, explorer = make_server(run)
+TOKENS: dict[str, str] = {}
+"""Each running test server's base URL -> its token: a request to it carries the token."""
+
+
+@contextlib.contextmanager
+def serving(**options: Any) -> Iterator[tuple[str, Explorer]]:
+    srv, explorer = make_server(run, **options)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    yield url_of(srv), explorer
-    srv.shutdown()
-    srv.server_close()
-    explorer.close()
-
-
-def _get(url: str) -> tuple[int, str]:
+    base = url_of(srv)
+    TOKENS[base] = explorer.token
     try:
-        with urllib.request.urlopen(url, timeout=60) as r:
+        yield base, explorer
+    finally:
+        TOKENS.pop(base)
+        srv.shutdown()
+        srv.server_close()
+        explorer.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, Explorer]]:
+    with serving() as site:
+        yield site
+
+
+def _get(url: str | urllib.request.Request) -> tuple[int, str]:
+    req = url if isinstance(url, urllib.request.Request) else urllib.request.Request(url)
+    token = next((t for base, t in TOKENS.items() if req.full_url.startswith(base)), None)
+    if token is not None and not req.has_header("X-attnroof-token"):
+        req.add_header("X-Attnroof-Token", token)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -54,7 +76,7 @@ def _get(url: str) -> tuple[int, str]:
 def _post(url: str, body: Any) -> tuple[int, str]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    return _get(req)  # type: ignore[arg-type]
+    return _get(req)
 
 
 def _one_line_error(status: int, text: str, *needles: str) -> str:
@@ -212,10 +234,19 @@ def test_a_request_for_another_host_is_refused(server):
     _one_line_error(*_get(req), "'evil.example'")  # type: ignore[arg-type]
 
 
-def test_no_request_reads_a_path_of_its_own(server, monkeypatch, tmp_path):
+@pytest.fixture()
+def inline() -> Iterator[tuple[str, Explorer]]:
+    """A server that runs its commands in this process (``workers=False``), where a test can
+    watch the library's functions."""
+    with serving(workers=False) as site:
+        yield site
+
+
+def test_no_request_reads_a_path_of_its_own(inline, monkeypatch, tmp_path):
     """Every file a command opens for a request lies in the server's folder: the readers of
-    config.json files and device files are watched while hostile and pasted requests run."""
-    base, explorer = server
+    config.json files and device files are watched while hostile and pasted requests run (in a
+    server that runs its commands in this process, where the watch sees them)."""
+    base, explorer = inline
     import attnroof.devices as devices
     import attnroof.model.config as config
 
@@ -261,8 +292,10 @@ def test_the_command_prints_its_url_and_serves(tmp_path):
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.startswith("attnroof explore: http://127.0.0.1:")
-    url = line.split()[2]
-    status, text = _get(f"{url}api/devices?name=H100+SXM")
+    url = urllib.parse.urlsplit(line.split()[2])  # http://127.0.0.1:PORT/?token=T
+    token = urllib.parse.parse_qs(url.query)["token"][0]
+    assert len(token) >= 20
+    status, text = _get(f"http://{url.netloc}/api/devices?name=H100+SXM&token={token}")
     assert status == 200 and json.loads(text)["devices"][0]["bandwidth_bytes_per_s"] == 3.35e12
     assert proc.wait(300) == 0  # a limit only against a hang: it stops after the one request
 

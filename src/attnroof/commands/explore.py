@@ -4,7 +4,10 @@ the roofline move)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 
 from attnroof.commands._common import Command, positive_int, require
 
@@ -21,9 +24,17 @@ def _port(text: str) -> int:
 
 def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only; another needs --allow-remote)",
     )
     p.add_argument("--port", type=_port, default=0, help="port (default 0: a free one, printed)")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --host be an address beyond this machine ('' or 0.0.0.0: every interface); anyone who "
+        "can reach it and has the printed URL (its token) can use the explorer",
+    )
     p.add_argument("--open", action="store_true", help="open the page in the web browser")
     p.add_argument(
         "--stop-after",
@@ -33,34 +44,67 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP: the server stops as on Ctrl-C (its folder removed, its jobs ended)."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped(signal.Signals(signum).name)
+
+    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    try:
+        old = {name: signal.signal(getattr(signal, name), stop) for name in names}
+    except ValueError:  # not the main thread (a test runs the command in one): nothing to catch here
+        old = {}
+    try:
+        yield
+    finally:
+        for name, handler in old.items():
+            signal.signal(getattr(signal, name), handler)
+
+
 def _explore(args: argparse.Namespace) -> int:
     from attnroof.commands._run import run
     from attnroof.errors import InputError
-    from attnroof.explore.server import make_server, url_of
+    from attnroof.explore.server import ListenError, make_server, page_url
 
-    try:
-        server, explorer = make_server(run, args.host, args.port)
-    except OSError as e:
-        raise InputError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
-    require(bool(explorer.static), "the explorer's page is missing from the package")
-    url = url_of(server)
-    print(f"attnroof explore: {url} (Ctrl-C stops it)", flush=True)
-    if args.open:
-        import webbrowser
+    with _stop_on_signals():
+        try:
+            server, explorer = make_server(run, args.host, args.port, allow_remote=args.allow_remote)
+        except ListenError as e:
+            raise InputError(str(e)) from None
+        except OSError as e:
+            raise InputError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+        try:
+            require(bool(explorer.static), "the explorer's page is missing from the package")
+            url = page_url(server, explorer)
+            if args.allow_remote:
+                where = server.server_address[0] or "every interface"
+                print(
+                    f"attnroof explore: warning: listening on {where} port {server.server_address[1]}, beyond "
+                    "this machine: whoever can reach it with the token below can run the explorer's commands "
+                    "(over plain HTTP)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            print(f"attnroof explore: {url} (Ctrl-C stops it)", flush=True)
+            if args.open:
+                import webbrowser
 
-        webbrowser.open(url)
-    try:
-        if args.stop_after:
-            server.daemon_threads = False  # server_close waits for the last answer
-            for _ in range(args.stop_after):
-                server.handle_request()
-        else:
-            server.serve_forever()
-    except KeyboardInterrupt:
-        print("attnroof explore: stopped", file=sys.stderr)
-    finally:
-        server.server_close()
-        explorer.close()
+                webbrowser.open(url)
+            if args.stop_after:
+                server.daemon_threads = False  # server_close waits for the last answer
+                for _ in range(args.stop_after):
+                    server.handle_request()
+            else:
+                server.serve_forever()
+        except (KeyboardInterrupt, _Stopped):
+            print("attnroof explore: stopped", file=sys.stderr)
+        finally:
+            server.server_close()
+            explorer.close()
     return 0
 
 

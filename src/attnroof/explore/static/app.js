@@ -27,6 +27,9 @@ const explorer = { redraws: 0, serves: 0, lastRedrawMs: null, last: {}, requests
 window.explorer = explorer;
 const cache = new Map();
 let generation = 0;
+// this run's token, from the address attnroof explore printed (?token=...): the server answers
+// no API request without it, so a page elsewhere cannot use the explorer
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
 
 const $ = (id) => document.getElementById(id);
 
@@ -94,7 +97,7 @@ async function api(command, params, body) {
   let r, data;
   try {
     r = await fetch("/api/" + command, {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: payload,
+      method: "POST", headers: { "Content-Type": "application/json", "X-Attnroof-Token": TOKEN }, body: payload,
     });
     data = await r.json();
   } catch (e) {  // the server stopped, or answered something else than JSON: said, not cached
