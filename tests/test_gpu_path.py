@@ -1,11 +1,19 @@
 """The CUDA path's failure modes, each exercised on the CPU with stand-ins: ncu without counter
-permission, a timed-out ncu's process group, ncu's cache control beside the bytes, triton's
-``do_bench`` failing to build its helper, the tf32 switch and the pinned SDPA backend's warning."""
+permission, a timed-out ncu's process tree and the bytes it finished, an ``==ERROR==`` line beside
+a whole profile, ncu's cache control beside the bytes, triton's ``do_bench`` failing to build its
+helper or to find libcuda, the tf32 switch and the pinned SDPA backend's warning.
+
+No test here asserts how long anything takes (benchmarks/speed.py does), and none depends on a
+signal arriving within a window: a signal is sent once the code under test has shown, by a file
+it wrote, that it is where the signal is meant to find it, and each outcome is waited for by its
+state (a process gone), never by a sleep. A wait that sees nothing for :data:`HANG_S` is a hang."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +24,39 @@ import pytest
 
 from attnroof.measure import ncu
 from attnroof.measure.ncu import NcuError
+
+SAMPLE = os.path.join(os.path.dirname(__file__), "data", "ncu-sample.csv")
+HANG_S = 600.0
+"""How long a wait for a state lasts before the test calls it a hang: never a time the code must
+meet (each wait ends as soon as the state is seen)."""
+DEAD_S = 60.0
+"""How long a process sent SIGKILL may take to be seen ended (gone or a zombie) before it is
+called a survivor: SIGKILL cannot be caught, so only a loaded scheduler delays its end."""
+
+
+def _wait_for(what: str, seen, proc: subprocess.Popen | None = None) -> None:
+    """Until ``seen()`` holds (the state, looked at every 20 ms); a hang after :data:`HANG_S`."""
+    end = time.monotonic() + HANG_S
+    while not seen():
+        assert proc is None or proc.poll() is None, f"{what}: the process ended first"
+        assert time.monotonic() < end, f"{what}: not seen in {HANG_S:.0f} s (a hang)"
+        time.sleep(0.02)
+
+
+def _pid_in(path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text else None
+
+
+def _default_sigint() -> str:
+    """The line a child script starts with: SIGINT raises KeyboardInterrupt, as a terminal's Ctrl-C
+    finds it, whatever this test runs under (a shell's background job inherits SIGINT ignored,
+    and so would every process it starts)."""
+    return "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
 
 PERM_OUTPUT = """==PROF== Connected to process 4242 (/usr/bin/python3.11)
 ==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters on the target device 0. For instructions on enabling permissions and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM
@@ -48,23 +89,140 @@ def test_profile_with_a_fake_ncu_without_permission(tmp_path, monkeypatch):
 
 
 def test_timed_out_ncu_takes_its_child_with_it(tmp_path):
+    """Past its time, ncu (here ``sh``) and the profiled child under it (``sleep``) are killed, not
+    left holding the GPU. The time limit is doubled until the stand-in had started its child
+    before the limit came (a loaded machine can be slower than any one limit): the outcome is
+    then checked, however long that took."""
     pidfile = tmp_path / "pid"
-    script = f"sleep 60 & echo $! > {pidfile}; wait"
-    t = time.monotonic()
-    code, _, _ = ncu.run_group(["sh", "-c", script], dict(os.environ), 3.0)  # time to start `sleep`, loaded
-    assert code is None and time.monotonic() - t < 30
-    child = int(pidfile.read_text())
-    # the grandchild (the profiled process, here `sleep`) is gone, not re-parented and alive; its
-    # exit can lag the pipes' closing a little on a loaded machine, so look again for a while
-    deadline = time.monotonic() + 10
-    while True:
-        alive = subprocess.run(
-            ["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True
-        ).stdout.strip()
-        if alive == "" or alive.startswith("Z") or time.monotonic() > deadline:
+    script = f"sleep 600 & echo $! > {pidfile}; wait"
+    for limit in (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0):
+        code, _, _ = ncu.run_group(["sh", "-c", script], dict(os.environ), limit)
+        assert code is None  # ran past its limit
+        if _pid_in(pidfile) is not None:
             break
-        time.sleep(0.05)
-    assert alive == "" or alive.startswith("Z"), alive  # Z, or ZN under nice
+    child = _pid_in(pidfile)
+    assert child is not None, "the stand-in never started its child"
+    assert _gone(child), f"the profiled stand-in {child} outlived ncu's time limit"
+
+
+def test_timed_out_ncu_keeps_the_bytes_of_the_cases_it_finished(tmp_path, monkeypatch):
+    """ncu prints its report only when the profiled child ends: killing ncu at the time limit
+    threw away every byte it had counted, and the message blamed a missing CSV header. Now the
+    child is killed first and ncu prints what it has. Stand-in ncu: it marks the first of two
+    cases done, starts a child that never ends (``sleep``) and prints the report of the one case
+    once that child is gone, with the line a killed child makes ncu print. The limit doubles
+    until the stand-in's child was known before the limit came."""
+    from attnroof.measure.kernels import linear_case
+
+    fake = tmp_path / "ncu"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, subprocess, sys\n"
+        "args = sys.argv[1:]\n"
+        "c = json.load(open(args[-2]))[0]\n"
+        "key = '{kind}/{impl}/{dtype}/'.format(**c) + ','.join(f'{k}={v}' for k, v in c['shape'].items())\n"
+        "json.dump({'marked': [[key, True]], 'end': None}, open(args[-1], 'w'))\n"
+        "app = subprocess.Popen(['sleep', '600'])\n"
+        "open(os.environ['ATTNROOF_NCU_CHILD_PID'], 'w').write(str(app.pid))\n"
+        "app.wait()\n"
+        f"sys.stdout.write(open({SAMPLE!r}).read())\n"
+        "print('==ERROR== The application returned an error code (9).')\n"
+        "sys.exit(9)\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    cases = [linear_case(16, 64, 64), linear_case(32, 64, 64)]
+    said: list[str] = []
+    for limit in (8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0):
+        said.clear()
+        try:
+            results = ncu.profile(cases, timeout_s=limit, say=said.append)
+            break
+        except NcuError as e:  # the limit came before the stand-in's child was known: longer
+            assert "printed no profile" in str(e), str(e)
+    else:
+        raise AssertionError("the stand-in never got its child started within a limit")
+    assert list(results) == [cases[0].key]
+    assert results[cases[0].key].bytes == (34_391_552 + 536_887_552 + 556_054_016) + (
+        507_348_992 + 516_424_704 + 8_956_672
+    )
+    assert said == [f"ncu ran past {limit:.0f} s; DRAM bytes for 1 of 2 cases only"]
+
+
+def test_a_complete_profile_is_kept_beside_an_error_line(tmp_path, monkeypatch):
+    """An ``==ERROR==`` line (here: the child's exit status) threw away a profile that held every
+    case; now the bytes are kept and the line said beside them."""
+    from attnroof.measure.kernels import linear_case
+
+    fake = tmp_path / "ncu"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        "args = sys.argv[1:]\n"
+        "c = json.load(open(args[-2]))[0]\n"
+        "key = '{kind}/{impl}/{dtype}/'.format(**c) + ','.join(f'{k}={v}' for k, v in c['shape'].items())\n"
+        "json.dump({'marked': [[key, True]], 'end': 'finished'}, open(args[-1], 'w'))\n"
+        f"sys.stdout.write(open({SAMPLE!r}).read())\n"
+        "print('==ERROR== The application returned an error code (1).')\n"
+        "sys.exit(1)\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    case = linear_case(16, 64, 64)
+    said: list[str] = []
+    results = ncu.profile([case], timeout_s=600, say=said.append)
+    assert list(results) == [case.key] and results[case.key].kernels == 3
+    assert said == [
+        "ncu said 'The application returned an error code (1).', but its report holds every case: kept"
+    ]
+    # without a profile, ncu's own line is the error, as before
+    with pytest.raises(NcuError, match="ncu: The application returned an error code"):
+        ncu.check_errors("==ERROR== The application returned an error code (1).\n", 1)
+
+
+def test_the_child_does_not_start_a_case_that_would_not_end_before_its_deadline(tmp_path, monkeypatch):
+    """Inside ncu, the child stops before a case when less than 1.5× its longest case is left
+    before its deadline: it ends by itself and ncu prints the cases it finished. A clock that
+    moves 5 s a kernel run: each case (a warm-up and the marked run) takes 10 s; 25 s left."""
+    from attnroof.measure import env, kernels
+
+    clock = [1_000.0]
+
+    def run():
+        clock[0] += 5.0
+
+    monkeypatch.setattr(ncu, "time", types.SimpleNamespace(time=lambda: clock[0], monotonic=lambda: clock[0]))
+    dev = _child_device()
+    monkeypatch.setattr(env, "local_device", lambda *a: dev)
+    monkeypatch.setattr(kernels, "prepare", lambda case, dev: kernels.Prepared(run, lambda out: 0.0))
+    monkeypatch.setenv(ncu.CHILD_DEADLINE, str(clock[0] + 25))
+    monkeypatch.setenv(ncu.CHILD_PID, str(tmp_path / "child.pid"))
+    cases = [
+        {"kind": "linear", "impl": "linear", "shape": {"n": n, "k": 8, "m": 8}, "dtype": "bf16"}
+        for n in (1, 2, 3)
+    ]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    assert ncu._child(str(tmp_path / "cases.json"), str(tmp_path / "done.json")) == 0
+    assert int((tmp_path / "child.pid").read_text()) == os.getpid()  # the process stopped first
+    done = json.loads((tmp_path / "done.json").read_text())
+    # case 1: 25 s left (nothing timed yet); case 2: 15 s left, 1.5 × 10 s; case 3: 5 s left
+    assert done["marked"] == [
+        ["linear/linear/bf16/n=1,k=8,m=8", True],
+        ["linear/linear/bf16/n=2,k=8,m=8", True],
+    ]
+    assert done["end"] == (
+        "stopped before linear/linear/bf16/n=3,k=8,m=8: 5 s left before its deadline, and a case took up to 10 s"
+    )
+
+
+def _child_device():
+    class Cuda:
+        _sleep = staticmethod(lambda cycles: None)
+        profiler = types.SimpleNamespace(start=lambda: None, stop=lambda: None)
+
+    return types.SimpleNamespace(
+        torch=types.SimpleNamespace(cuda=Cuda), sync=lambda: None, free_memory=lambda: None
+    )
 
 
 def test_ncu_cache_control_is_said_beside_the_bytes():
@@ -122,6 +280,36 @@ def test_do_bench_called_process_error_is_caught_too(monkeypatch):
         warnings.simplefilter("always")
         assert timing._do_bench(lambda: None, timing.QUICK) is None
     assert timing._DO_BENCH_BROKEN and "CalledProcessError" in timing._DO_BENCH_BROKEN
+
+
+def test_do_bench_that_cannot_find_libcuda_falls_back_to_cuda_events(monkeypatch):
+    """Triton asserts when it finds no libcuda.so where it looks ("libcuda.so cannot found"),
+    for the median as for every repetition: that AssertionError crashed the timing of every case;
+    now it is said once and CUDA events time them."""
+    from attnroof.measure import timing
+
+    asked = []
+
+    def do_bench(*a, return_mode="mean", **k):
+        asked.append(return_mode)
+        raise AssertionError("libcuda.so cannot found!")
+
+    fake = types.ModuleType("triton.testing")
+    fake.do_bench = do_bench  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setitem(sys.modules, "triton.testing", fake)
+    monkeypatch.setattr(timing, "_DO_BENCH_BROKEN", None)
+    monkeypatch.setattr(
+        timing, "_cuda_events", lambda fn, dev, budget, flush: timing.Timing(1e-3, 3, "CUDA events")
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t1 = timing.time_kernel(lambda: None, _Dev())  # type: ignore[arg-type]
+        t2 = timing.time_kernel(lambda: None, _Dev())  # type: ignore[arg-type]
+    assert t1.method == t2.method == "CUDA events"
+    assert asked == ["all", "median"]  # tried once (both modes), never again in this process
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "AssertionError: libcuda.so cannot found!" in said[0], said
 
 
 # ---------------------------------------------------------------- the tf32 switch
@@ -317,24 +505,6 @@ def test_cache_flush_reads_its_buffer_and_writes_nothing(monkeypatch):
     assert bool((buf == before).all())  # not written: the content is as it was
 
 
-def test_cache_flush_reads_at_memory_speed(monkeypatch):
-    """The flush sums 8-byte words: a sum of int8 widened each byte and took ~1.5 s for 64 MiB on
-    the test machine (the suite ran past 15 minutes); int64 words take ~2 ms. 0.5 s is the bound
-    even on a loaded machine (64 MiB at 128 MB/s)."""
-    pytest.importorskip("torch")
-    import time
-
-    from attnroof.measure import env
-
-    monkeypatch.setattr(env, "cpu_flush_bytes", lambda: 64 * env.MiB)
-    dev = env.local_device("cpu")
-    dev.flush_caches()  # allocates and zeroes
-    t0 = time.perf_counter()
-    for _ in range(3):
-        dev.flush_caches()
-    assert (time.perf_counter() - t0) / 3 < 0.5
-
-
 # ---------------------------------------------------------------- inputs drawn once, on the device
 
 
@@ -386,63 +556,81 @@ def test_inputs_are_drawn_on_the_device_once_per_shape(monkeypatch):
 # ---------------------------------------------------------------- ncu is never orphaned
 
 
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
+def _gone(pid: int) -> bool:
+    """Ended (gone, or a zombie: Z, or ZN under nice), looked at until :data:`DEAD_S`."""
+    end = time.monotonic() + DEAD_S
     while True:
         stat = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
         if stat.strip() == "" or stat.strip().startswith("Z"):
             return True
-        if time.monotonic() > deadline:
+        if time.monotonic() > end:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # the survivor goes, the test fails
             return False
         time.sleep(0.05)
 
 
+def _measuring(pidfile, **popen) -> subprocess.Popen:
+    """A measuring process running a stand-in ncu (``sh``) whose profiled child (``sleep``) writes
+    its id to ``pidfile`` once started: the state a stop signal is meant to find."""
+    script = (
+        _default_sigint() + "import os; from attnroof.measure import ncu\n"
+        f"ncu.run_group(['sh', '-c', 'sleep 600 & echo $! > {pidfile}; wait'], dict(os.environ), 600)\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True, **popen)
+
+
 @pytest.mark.parametrize("sig, code", [("SIGTERM", -15), ("SIGINT", -2)])
 def test_a_stopped_measurement_takes_ncu_and_its_child_with_it(tmp_path, sig, code):
-    """ncu runs in a session of its own, so a step's ``timeout`` (SIGTERM to the measuring
-    process) never reached it: ncu and the profiled child kept the GPU. A stop signal now kills
-    the group first. Stand-ins: ``sh`` for ncu, ``sleep`` for the profiled child."""
-    import signal
-
+    """A stop signal to the measuring process kills ncu and the profiled child before it takes
+    its course (SIGTERM: the default, the process ends by it; SIGINT: KeyboardInterrupt). It is
+    sent once the child is running, and the outcome waited for by state."""
     pidfile = tmp_path / "pid"
-    parent = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, sys; from attnroof.measure import ncu; "
-            f"ncu.run_group(['sh', '-c', 'sleep 120 & echo $! > {pidfile}; wait'], dict(os.environ), 300)",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while not (pidfile.exists() and pidfile.read_text().strip()):
-        assert time.monotonic() < deadline and parent.poll() is None
-        time.sleep(0.05)
-    child = int(pidfile.read_text())
-    parent.send_signal(getattr(signal, sig))
-    assert (
-        parent.wait(timeout=30) == code
-    )  # ended by the signal (SIGINT: by KeyboardInterrupt, as Python does)
-    assert _gone(child), f"the profiled stand-in {child} outlived the measurement"
+    parent = _measuring(pidfile)
+    try:
+        _wait_for("the stand-in's child", lambda: _pid_in(pidfile) is not None, parent)
+        parent.send_signal(getattr(signal, sig))
+        assert parent.wait(timeout=HANG_S) == code, parent.stderr.read()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    child = _pid_in(pidfile)
+    assert child is not None and _gone(child), f"the profiled stand-in {child} outlived the measurement"
+
+
+def test_a_hard_kill_of_the_measuring_group_takes_ncu_too(tmp_path):
+    """``timeout --kill-after`` ends a step with SIGKILL to its process group, which no handler
+    sees: ncu started in a session of its own outlived it, the profiled child holding the GPU.
+    ncu now stays in its caller's group, and goes with it."""
+    pidfile = tmp_path / "pid"
+    parent = _measuring(pidfile, start_new_session=True)  # a group of its own, as timeout makes
+    try:
+        _wait_for("the stand-in's child", lambda: _pid_in(pidfile) is not None, parent)
+        os.killpg(parent.pid, signal.SIGKILL)
+        assert parent.wait(timeout=HANG_S) == -9
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    child = _pid_in(pidfile)
+    assert child is not None and _gone(child), f"the profiled stand-in {child} outlived a hard kill"
 
 
 @pytest.mark.parametrize("sig, code", [("SIGTERM", -15), ("SIGINT", -2)])
-def test_a_stop_before_the_group_is_known_still_takes_it(tmp_path, sig, code):
-    """The stop signal that came while ncu was still starting (before its process id was known:
-    the window that made the test above fail now and then under load) waits for the group and
-    kills it: here it is sent before the stand-in starts, and the stand-in does not outlive it."""
+def test_a_stop_before_the_process_is_known_still_takes_it(tmp_path, sig, code):
+    """A stop signal that comes while ncu is still starting (before its process id is known)
+    waits for it and kills it: here the signal is sent, and handled, before the stand-in starts,
+    and the stand-in does not outlive it."""
     pidfile = tmp_path / "pid"
-    script = (
-        "import os, signal, subprocess; from attnroof.measure import ncu\n"
-        "with ncu._group_dies_with_us() as started:\n"
-        f"    os.kill(os.getpid(), signal.{sig})\n"
-        "    p = subprocess.Popen(['sleep', '120'], start_new_session=True)\n"
+    script = _default_sigint() + (
+        "import os, signal, subprocess; from attnroof.measure import processes\n"
+        "with processes.tree_dies_with_us() as started:\n"
+        f"    os.kill(os.getpid(), signal.{sig})  # handled before os.kill returns: now pending\n"
+        "    p = subprocess.Popen(['sleep', '600'])\n"
         f"    open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
         "    started(p.pid)\n"
         "    p.wait()\n"
     )
-    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S)
     assert parent.returncode == code, parent.stderr
     assert _gone(int(pidfile.read_text())), "the stand-in outlived the stop"
 
@@ -453,15 +641,11 @@ def test_ncu_child_replaces_done_json_whole_after_each_case(tmp_path, monkeypatc
     from attnroof import outfile
     from attnroof.measure import env, kernels
 
-    class Cuda:
-        _sleep = staticmethod(lambda cycles: None)
-        profiler = types.SimpleNamespace(start=lambda: None, stop=lambda: None)
-
-    dev = types.SimpleNamespace(
-        torch=types.SimpleNamespace(cuda=Cuda), sync=lambda: None, free_memory=lambda: None
-    )
+    dev = _child_device()
     monkeypatch.setattr(env, "local_device", lambda *a: dev)
     monkeypatch.setattr(kernels, "prepare", lambda case, dev: kernels.Prepared(lambda: None, lambda out: 0.0))
+    monkeypatch.delenv(ncu.CHILD_PID, raising=False)
+    monkeypatch.delenv(ncu.CHILD_DEADLINE, raising=False)
     written = []
     real = outfile._replace
     monkeypatch.setattr(
@@ -475,8 +659,12 @@ def test_ncu_child_replaces_done_json_whole_after_each_case(tmp_path, monkeypatc
     assert ncu._child(str(tmp_path / "cases.json"), str(tmp_path / "done.json")) == 0
     first = ["linear/linear/bf16/n=1,k=8,m=8", True]
     second = ["linear/linear/bf16/n=2,k=8,m=8", True]
-    assert written == [[first], [first, second], [first, second]]  # after each case, then at the end
-    assert json.loads((tmp_path / "done.json").read_text()) == [first, second]
+    assert written == [  # after each case, then at the end
+        {"marked": [first], "end": None},
+        {"marked": [first, second], "end": None},
+        {"marked": [first, second], "end": "finished"},
+    ]
+    assert json.loads((tmp_path / "done.json").read_text()) == written[-1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.json", "done.json"]  # no temporary left
 
 

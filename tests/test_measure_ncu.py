@@ -101,7 +101,7 @@ def test_profile_runs_ncu_and_maps_marked_cases_to_keys(tmp_path, monkeypatch):
         "cases = json.load(open(args[-2]))\n"
         "c = cases[0]\n"
         "key = '{kind}/{impl}/{dtype}/'.format(**c) + ','.join(f'{k}={v}' for k, v in c['shape'].items())\n"
-        "json.dump([[key, True]], open(args[-1], 'w'))\n"
+        "json.dump({'marked': [[key, True]], 'end': 'finished'}, open(args[-1], 'w'))\n"
         f"sys.stdout.write(open({str(SAMPLE)!r}).read())\n"
     )
     fake.chmod(0o755)
@@ -112,6 +112,32 @@ def test_profile_runs_ncu_and_maps_marked_cases_to_keys(tmp_path, monkeypatch):
     assert results[case.key].bytes == (34_391_552 + 536_887_552 + 556_054_016) + (
         507_348_992 + 516_424_704 + 8_956_672
     )
+
+
+def test_a_report_cut_short_keeps_the_whole_cases_only():
+    """A report that ends mid-row (ncu killed while it printed) parses; a case whose last kernel
+    lost its counters gets no bytes rather than too few."""
+    from attnroof.measure import ncu
+
+    text = SAMPLE.read_text()
+    lines = text.rstrip("\n").splitlines()
+    cut = "\n".join(lines[:-4]) + "\n" + lines[-4][:20]  # the closing marker gone, a row torn
+    assert between_markers(parse_csv(cut)) == []  # an open marker: no case
+    kernels = parse_csv(text)
+    torn = [*kernels[:3], ncu.Kernel(kernels[3].id, kernels[3].name, {READ: 1.0}), kernels[4]]
+    said: list[str] = []
+    with pytest.raises(NcuError, match="no case's DRAM bytes came out"):
+        ncu._results(
+            [object()], None, _csv_of(torn), "", {"marked": [["a", True]], "end": None}, 60.0, said.append
+        )
+    assert said == ["ncu ran past 60 s; 1 case cut short in the report; DRAM bytes for 0 of 1 case only"]
+
+
+def _csv_of(kernels) -> str:
+    rows = ['"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"']
+    for k in kernels:
+        rows += [f'"{k.id}","{k.name}","{m}","byte","{v}"' for m, v in k.metrics.items()]
+    return "\n".join(rows) + "\n"
 
 
 def test_profile_without_ncu_says_so(monkeypatch, tmp_path):

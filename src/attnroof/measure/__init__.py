@@ -10,6 +10,7 @@ This is the optional ``attnroof[measure]`` extra. Nothing here imports torch at 
 - :mod:`~attnroof.measure.records`: one JSON record per measurement, its roofline placement.
 - :mod:`~attnroof.measure.suite`: the campaign, written line by line to a JSON-lines file.
 - :mod:`~attnroof.measure.ncu`: DRAM bytes from Nsight Compute, and its CSV parser.
+- :mod:`~attnroof.measure.processes`: a process tree that dies with its caller (ncu and its child).
 """
 
 from __future__ import annotations

@@ -8,31 +8,36 @@ The child process runs each case once to warm up, then ``torch.cuda._sleep`` (a 
 ``spin_kernel``), the case, and another ``spin_kernel``: the kernels between a pair of markers are
 that case's. The parser needs no torch.
 
+All the cases go to one ncu launch (ncu, Python, torch and CUDA start once under the profiler).
+ncu prints its report only when the child ends, so the child stops before its deadline on its
+own, and at the time limit the child is killed first and ncu given a grace to print: the cases
+profiled until then keep their bytes. ncu stays in the caller's process group, so that a
+``timeout`` (its TERM, then KILL) or a machine ending a command's processes ends it too.
+
 Length: the ncu command, the child that runs the cases, the CSV parser, and running ncu's process
-group so that a timeout or a stop signal leaves nothing of it holding the GPU — one tool's whole
-round trip, each part reading the others' markers and files.
+tree so that a timeout or a stop signal leaves nothing of it holding the GPU and keeps what it
+counted — one tool's whole round trip, each part reading the others' markers and files.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from attnroof import outfile
 from attnroof.errors import AttnroofError
+from attnroof.measure.processes import kill_tree, read_pid, tree, tree_dies_with_us
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum")
 READ, WRITE, DURATION = METRICS
@@ -40,8 +45,8 @@ MARKER = re.compile(r"spin|sleep", re.IGNORECASE)
 """A kernel whose name matches this separates cases (``cuda::<unnamed>::spin_kernel(long)``)."""
 MARKER_CYCLES = 1000
 NCU_TIMEOUT_S = 240.0
-"""Longest ncu run (s); ``$ATTNROOF_NCU_TIMEOUT_S`` overrides it (benchmarks/gpu_check.sh sets it
-below its step's limit, so that ncu stops and its bytes are read before the step is killed)."""
+"""Longest ncu run (s) of the command line's ``--ncu``; ``$ATTNROOF_NCU_TIMEOUT_S`` overrides it
+(benchmarks/gpu_check.py gives :func:`profile` the time its phase has left instead)."""
 
 UNITS = {
     "byte": 1.0, "bytes": 1.0, "b": 1.0,
@@ -111,6 +116,8 @@ def parse_csv(text: str) -> list[Kernel]:
             value, unit = row["Metric Value"], row.get("Metric Unit") or ""
         except (KeyError, AttributeError, ValueError):
             continue  # a stray line from the profiled program
+        if not isinstance(name, str) or not isinstance(metric, str) or not isinstance(value, str):
+            continue  # a row cut short (a report that ended mid-line)
         k = kernels.setdefault(kid, Kernel(kid, name))
         si_value = to_si(value, unit)
         if si_value is not None:
@@ -158,22 +165,52 @@ def ncu_path() -> str | None:
     return shutil.which("ncu")
 
 
-def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str, NcuResult]:
-    """Run ``cases`` (:class:`~attnroof.measure.kernels.Case`) under ncu; results by case key."""
+PRINT_GRACE_S = 15.0
+"""ncu prints its report only once the profiled child has ended: when the time is up, the child
+is stopped first and ncu given this long (at most a quarter of its time) to print the cases it
+finished, before it is killed."""
+CASE_MARGIN = 1.5
+"""The child starts a case only with this many times its longest case so far left before its
+deadline, so that it ends on its own, and ncu prints, before the time is up."""
+CHILD_DEADLINE = "ATTNROOF_NCU_CHILD_DEADLINE"
+"""The child's deadline (seconds since the epoch), set by :func:`profile`."""
+CHILD_PID = "ATTNROOF_NCU_CHILD_PID"
+"""The file the child writes its process id to, set by :func:`profile`: the process stopped
+first when the time is up."""
+
+
+def _say_stderr(line: str) -> None:
+    print(f"attnroof: {line}", file=sys.stderr)
+
+
+def profile(
+    cases: Sequence[Any], *, timeout_s: float | None = None, say: Callable[[str], None] | None = None
+) -> dict[str, NcuResult]:
+    """Run ``cases`` (:class:`~attnroof.measure.kernels.Case`) under one ncu launch; results by
+    case key. What came out is kept, however the run ended: the cases profiled before ncu ran out
+    of time, or before the child stopped at its deadline, or beside an ``==ERROR==`` line; each
+    such note is handed to ``say`` (default: a line on stderr). :class:`NcuError` when no case's
+    bytes came out."""
     if timeout_s is None:
         timeout_s = float(os.environ.get("ATTNROOF_NCU_TIMEOUT_S") or NCU_TIMEOUT_S)
+    say = say or _say_stderr
     exe = ncu_path()
     if exe is None:
         raise NcuError("ncu is not on PATH")
+    if not cases:
+        return {}
     src = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    grace = min(PRINT_GRACE_S, timeout_s / 4)
     with tempfile.TemporaryDirectory(prefix="attnroof-ncu-") as tmp:
-        todo, done = Path(tmp, "cases.json"), Path(tmp, "done.json")
+        todo, done, pid_file = Path(tmp, "cases.json"), Path(tmp, "done.json"), Path(tmp, "child.pid")
         todo.write_text(
             json.dumps(
                 [{"kind": c.kind, "impl": c.impl, "shape": dict(c.shape), "dtype": c.dtype} for c in cases]
             )
         )
+        env[CHILD_DEADLINE] = f"{time.time() + timeout_s - grace:.3f}"
+        env[CHILD_PID] = str(pid_file)
         cmd = [
             exe,
             "--metrics",
@@ -191,125 +228,155 @@ def profile(cases: Sequence[Any], *, timeout_s: float | None = None) -> dict[str
             str(todo),
             str(done),
         ]
-        code, out, err = run_group(cmd, env, timeout_s)
-        complete = code is not None
-        check_errors(out + "\n" + err, code)
-        if not done.exists():
-            if code is None:
-                raise NcuError(f"ncu ran past {timeout_s:.0f} s before any case finished") from None
-            tail = (err or out).strip().splitlines()[-1:] or ["no output"]
-            raise NcuError(f"ncu run failed (exit {code}): {tail[0]}")
-        keys = json.loads(done.read_text())  # written after every case: as far as the child got
-    groups = between_markers(parse_csv(out))
-    if complete and len(groups) != len(keys):
-        raise NcuError(f"ncu reported {len(groups)} marked cases, the run made {len(keys)}")
-    if not complete:
-        print(
-            f"attnroof: ncu ran past {timeout_s:.0f} s; DRAM bytes for the first {min(len(groups), len(keys))} "
-            f"of {len(cases)} cases only",
-            file=sys.stderr,
-        )
-    return {k: summarize(g) for (k, ok), g in zip(keys, groups, strict=False) if ok}
+        code, out, err = run_group(cmd, env, timeout_s, stop_first=pid_file, grace_s=grace)
+        progress = _read_progress(done)  # written after every case: as far as the child got
+    return _results(cases, code, out, err, progress, timeout_s, say)
 
 
-def run_group(cmd: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[int | None, str, str]:
-    """Run ``cmd`` in a session of its own: (exit status, stdout, stderr), status ``None`` when it
-    ran past ``timeout_s``. Then the **whole process group** is killed, so that the profiled child
-    does not live on holding GPU memory; what it printed until then is returned.
+def _read_progress(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
-    The group is killed too when this process is told to stop (SIGTERM, SIGINT, SIGHUP: a step's
-    ``timeout`` reaches only its own group, not ncu's new session) or leaves by an exception; the
-    signal then takes its usual course."""
-    with _group_dies_with_us() as started:  # set before the group starts: no signal slips past
+
+def _results(
+    cases: Sequence[Any],
+    code: int | None,
+    out: str,
+    err: str,
+    progress: Mapping[str, Any] | None,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> dict[str, NcuResult]:
+    """The bytes of every case ncu's report holds whole, and a note for each case it does not."""
+    text = out + "\n" + err
+    check_errors(text, code)  # no profile, or no permission: nothing to keep
+    ran_past = f"ncu ran past {timeout_s:.0f} s"
+    try:
+        kernels = parse_csv(out)
+    except NcuError:
+        tail = (err or out).strip().splitlines()[-1:] or ["no output"]
+        if code is None:
+            got = f" ({len(progress['marked'])} of {len(cases)} cases had run)" if progress else ""
+            raise NcuError(f"{ran_past} and printed no profile{got}") from None
+        if progress is None:
+            raise NcuError(f"ncu run failed (exit {code}): {tail[0]}") from None
+        raise NcuError(f"ncu printed no profile (exit {code}): {tail[0]}") from None
+    marked = [tuple(m) for m in (progress or {}).get("marked", [])]
+    end = (progress or {}).get("end")
+    groups = between_markers(kernels)
+    if code == 0 and end == "finished" and len(groups) != len(marked):
+        raise NcuError(f"ncu reported {len(groups)} marked cases, the run made {len(marked)}")
+    results: dict[str, NcuResult] = {}
+    torn = []
+    for (key, ok), group in zip(marked, groups, strict=False):  # a group past the last mark: cut off
+        if not ok:
+            continue
+        if all(READ in k.metrics and WRITE in k.metrics for k in group):
+            results[key] = summarize(group)
+        else:
+            torn.append(key)  # a kernel's counters missing (a report cut short): no number
+    errors = _error_lines(text)
+    if len(results) < len(cases):
+        if code is None:
+            why = ran_past
+        elif end not in (None, "finished"):
+            why = f"the profiled child {end}"
+        elif code != 0:
+            why = f"ncu exited with {code}" + (f" ({errors[0]})" if errors else "")
+        else:
+            why = "the other cases failed under ncu or were left out"
+        if torn:
+            why += f"; {_n_cases(len(torn))} cut short in the report"
+        say(f"{why}; DRAM bytes for {len(results)} of {_n_cases(len(cases))} only")
+    elif errors:
+        say(f"ncu said {errors[0]!r}, but its report holds every case: kept")
+    if not results:
+        raise NcuError(f"no case's DRAM bytes came out ({why})")
+    return results
+
+
+def _n_cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"
+
+
+def run_group(
+    cmd: Sequence[str],
+    env: Mapping[str, str],
+    timeout_s: float,
+    *,
+    stop_first: Path | None = None,
+    grace_s: float = 0.0,
+) -> tuple[int | None, str, str]:
+    """Run ``cmd`` (ncu): (exit status, stdout, stderr), status ``None`` when it ran past
+    ``timeout_s``; what it printed until then is returned.
+
+    It runs in **this process's group**, never a session of its own: a signal to the group (a
+    step's ``timeout``, its KILL after the grace, Ctrl-C) reaches ncu and the profiled child as
+    it reaches this process, and a machine that ends a command's processes ends them too (a new
+    session outlives both). When the time is up, the process whose id ``stop_first`` holds (the
+    profiled child) is killed first, ``grace_s`` before the end, so that ncu prints what it has;
+    then ncu and every process under it. They are killed too when this process is told to stop
+    (SIGTERM, SIGINT, SIGHUP) or leaves by an exception; the signal then takes its usual course."""
+    with tree_dies_with_us() as started:  # set before ncu starts: no signal slips past
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(env),
-            start_new_session=True,
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(env),
         )  # fmt: skip
         try:
             started(proc.pid)
             try:
-                out, err = proc.communicate(timeout=timeout_s)
+                out, err = proc.communicate(timeout=max(0.0, timeout_s - grace_s))
                 return proc.returncode, out, err
             except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                out, err = proc.communicate()
-                return None, out or "", err or ""
+                pass
+            child = read_pid(stop_first) if stop_first is not None and grace_s > 0 else None
+            if child is not None and child in tree(proc.pid):  # ncu's own child, not a reused id
+                kill_tree(child)
+                try:
+                    out, err = proc.communicate(timeout=grace_s)
+                    return None, out, err
+                except subprocess.TimeoutExpired:
+                    pass
+            kill_tree(proc.pid)
+            try:
+                out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a process ncu left holds its pipes: let them go
+                proc.kill()
+                out, err = "", ""
+            return None, out or "", err or ""
         finally:
             if proc.poll() is None:  # left by an exception or a signal: nothing of it lives on
-                _kill_group(proc.pid)
+                kill_tree(proc.pid)
                 proc.wait()
 
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def _group_dies_with_us() -> Iterator[Callable[[int], None]]:
-    """While inside: a stop signal kills the process group handed to the ``started`` callable it
-    yields, then does what it did before (the default handler: this process ends by that signal;
-    Python's SIGINT handler: KeyboardInterrupt). A signal that comes before the group is known
-    (its process still starting) waits for it, then kills it. Signal handlers can be set only in
-    the main thread: elsewhere, nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda pgid: None
-        return
-    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
-    group: list[int] = []
-    pending: list[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        _kill_group(group[0])
-        for sig, old in before.items():
-            if old is not None:
-                signal.signal(sig, old)
-        old = before[signal.Signals(signum)]
-        if callable(old):
-            old(signum, frame)
-        else:
-            os.kill(os.getpid(), signum)  # the default again: this process ends by the signal
-
-    def handler(signum: int, frame: Any) -> None:
-        if group:
-            stop(signum, frame)
-        else:  # the group is not started yet: it is stopped as soon as it is
-            pending.append(signum)
-
-    def started(pgid: int) -> None:
-        group.append(pgid)
-        if pending:
-            stop(pending[0], None)
-
-    for sig, old in before.items():
-        if old not in (signal.SIG_IGN, None):  # None: a handler not set from Python, left alone
-            signal.signal(sig, handler)
-    try:
-        yield started
-    finally:
-        for sig, old in before.items():
-            if old is not None:
-                signal.signal(sig, old)
+def _error_lines(text: str) -> list[str]:
+    return [
+        ln.strip().removeprefix("==ERROR==").strip()
+        for ln in text.splitlines()
+        if ln.lstrip().startswith("==ERROR==")
+    ]
 
 
 def check_errors(text: str, code: int | None) -> None:
     """Raise :class:`NcuError` with ncu's own ``==ERROR==`` line when it printed one and no
-    profile came out (no counter permission is the common case in containers)."""
-    errors = [ln.strip() for ln in text.splitlines() if ln.lstrip().startswith("==ERROR==")]
+    profile came out (no counter permission is the common case in containers). A profile that
+    came out is kept, whatever else ncu said: :func:`profile` says the line beside the bytes."""
+    errors = _error_lines(text)
     if not errors:
         return
     if any(PERMISSION in e for e in errors):
         raise NcuError(f"ncu: {PERMISSION}: {PERMISSION_HINT}")
-    if not _has_profile(text) or code not in (0, None):
-        raise NcuError(f"ncu: {errors[0].removeprefix('==ERROR==').strip()}")
+    if not _has_profile(text):
+        raise NcuError(f"ncu: {errors[0]}")
 
 
 def _has_profile(text: str) -> bool:
     try:
-        return bool(parse_csv(text))
+        return bool(between_markers(parse_csv(text)))
     except NcuError:
         return False
 
@@ -327,15 +394,32 @@ def attach(records: Iterable[dict[str, Any]], results: Mapping[str, NcuResult]) 
 
 
 def _child(cases_path: str, done_path: str) -> int:
-    """Inside ncu: each case warmed up, then run once between two marker kernels."""
+    """Inside ncu: each case warmed up, then run once between two marker kernels. DONE.json says,
+    after every case, which were marked (``marked``: [key, whether the marked run succeeded])
+    and how the run ended (``end``: null while it runs, ``"finished"``, or why it stopped). A case
+    is not started when the deadline (``$ATTNROOF_NCU_CHILD_DEADLINE``) would pass before it
+    could end: the child ends on its own, and ncu prints the report of the cases it finished."""
     from attnroof.measure.env import local_device
     from attnroof.measure.kernels import Case, prepare
 
+    pid_file = os.environ.get(CHILD_PID)
+    if pid_file:
+        outfile.write_text(pid_file, str(os.getpid()))  # the process stopped first at the time limit
+    deadline = float(os.environ.get(CHILD_DEADLINE) or "inf")
     dev = local_device()
     torch = dev.torch
-    done: list[list[Any]] = []  # [key, whether the marked run succeeded]
+    progress: dict[str, Any] = {"marked": [], "end": None}
+    longest = 0.0
     for spec in json.loads(Path(cases_path).read_text()):
         case = Case(spec["kind"], spec["impl"], spec["shape"], spec["dtype"])
+        left = deadline - time.time()
+        if longest and left < CASE_MARGIN * longest:
+            progress["end"] = (
+                f"stopped before {case.key}: {max(0.0, left):.0f} s left before its deadline, and a case "
+                f"took up to {longest:.0f} s"
+            )
+            break
+        t0 = time.monotonic()
         prepared = None
         try:
             prepared = prepare(case, dev)
@@ -359,11 +443,14 @@ def _child(cases_path: str, done_path: str) -> int:
             torch.cuda._sleep(MARKER_CYCLES)
             dev.sync()
             torch.cuda.profiler.stop()  # ... to here
-        done.append([case.key, ok])
-        outfile.write_text(done_path, json.dumps(done))  # after each case, atomic: never half-read
+        progress["marked"].append([case.key, ok])
+        outfile.write_text(done_path, json.dumps(progress))  # after each case, atomic: never half-read
         del prepared
         dev.free_memory()
-    outfile.write_text(done_path, json.dumps(done))
+        longest = max(longest, time.monotonic() - t0)
+    else:
+        progress["end"] = "finished"
+    outfile.write_text(done_path, json.dumps(progress))
     return 0
 
 

@@ -82,16 +82,19 @@ _DO_BENCH_BROKEN: str | None = None
 def _do_bench(fn: Callable[[], Any], budget: Budget) -> Timing | None:
     """``triton.testing.do_bench``'s timing, or ``None`` (CUDA events then). do_bench builds a
     helper with the host C compiler on first use: without one it raises RuntimeError (or
-    CalledProcessError); that is said once, as a warning, and CUDA events time every case."""
+    CalledProcessError); without libcuda where Triton looks, an AssertionError ("libcuda.so
+    cannot found"), raised again when the median is asked for. That is said once, as a warning,
+    and CUDA events time every case. (An AssertionError from ``return_mode="all"`` alone is an
+    old triton without that mode: the median is asked for instead.)"""
     global _DO_BENCH_BROKEN
     if _DO_BENCH_BROKEN is not None:
         return None
     try:
-        from triton.testing import do_bench
-    except ImportError:
-        return None
-    kw = {"warmup": budget.seconds / MILLISECOND / 4, "rep": budget.seconds / MILLISECOND}
-    try:
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            return None
+        kw = {"warmup": budget.seconds / MILLISECOND / 4, "rep": budget.seconds / MILLISECOND}
         try:
             ms = do_bench(fn, return_mode="all", **kw)  # every repetition (triton ≥ 3)
         except (TypeError, ValueError, AssertionError):
@@ -99,7 +102,7 @@ def _do_bench(fn: Callable[[], Any], budget: Budget) -> Timing | None:
                 ms = do_bench(fn, return_mode="median", **kw)
             except TypeError:  # an old triton without return_mode
                 return None
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+    except (RuntimeError, OSError, AssertionError, subprocess.CalledProcessError) as e:
         _DO_BENCH_BROKEN = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
         warnings.warn(
             f"triton's do_bench failed ({_DO_BENCH_BROKEN}); timing with CUDA events instead",
