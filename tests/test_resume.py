@@ -8,6 +8,13 @@ The stops are made one after another on the same file: a fresh run stopped at 1 
 must get past the point where the previous one stopped (the old code could not: resumed after a
 stop among the ceilings it exited with "no matmul ceiling was measured", every time), and the
 whole chain measures the campaign about once, so the test stays fast.
+
+No window: each stopped run is the real command line, whose results file says on a pipe when
+the file holds its k-th record and then waits; the signal is sent once that line is read, so it
+always finds the run between two records, whatever the machine's load (a signal sent on seeing
+the file grow could come after the run had finished, or be lost on the way), and SIGINT is set to
+raise KeyboardInterrupt first, as a terminal's Ctrl-C finds it (a shell's background job would
+have it ignored). The run's end is waited for, not timed.
 """
 
 from __future__ import annotations
@@ -15,10 +22,10 @@ from __future__ import annotations
 import copy
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -56,23 +63,63 @@ def reference() -> list[str]:
     return keys
 
 
+HANG_S = 900
+"""A run not ended, or not ready, after this is a hang (never a time the code must meet)."""
+
+STOPPED = r"""
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it
+from attnroof.cli import main
+from attnroof.measure.records import ResultsFile
+
+stop_at, ready = int(sys.argv[1]), int(sys.argv[2])
+append = ResultsFile.append
+
+
+def append_then_wait(self, rec):
+    append(self, rec)  # on disk before this returns
+    if self.path.read_bytes().count(b"\n") >= stop_at:
+        os.write(ready, b"ready\n")  # the k-th record is on disk: the signal may come
+        os.close(ready)
+        while True:
+            time.sleep(3600)  # until the signal (SIGINT: KeyboardInterrupt here, between records)
+
+
+ResultsFile.append = append_then_wait
+sys.exit(main(sys.argv[3:]))
+"""
+"""The suite's own command line, in a process whose results file, once it holds ``stop_at``
+lines, says so on the pipe ``ready`` and waits there for the signal."""
+
+
 def _stopped_run(out: Path, k: int, sig: signal.Signals, resume: bool) -> subprocess.CompletedProcess:
-    """Start the suite, wait until ``out`` holds ``k`` records and one more than it held before
-    (the run got past where the last one stopped, however many records that one wrote between
-    its ``k`` and the signal), send ``sig``; the finished process."""
+    """Start the suite; once ``out`` holds ``k`` records and one more than it held before (the run
+    got past where the last one stopped, however many records that one wrote), the run says so
+    and waits: send ``sig``; the finished process."""
     env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""), **CPU)
-    args = [sys.executable, "-m", "attnroof", *SUITE, "-o", str(out), *(["--resume"] if resume else [])]
+    argv = [*SUITE, "-o", str(out), *(["--resume"] if resume else [])]
     stop_at = max(k, _lines(out) + 1)
+    read_end, write_end = os.pipe()
+    args = [sys.executable, "-c", STOPPED, str(stop_at), str(write_end), *argv]
     proc = subprocess.Popen(
-        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
-    )
-    deadline = time.monotonic() + 240
-    while _lines(out) < stop_at and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=120)
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        pass_fds=(write_end,),
+    )  # fmt: skip
+    os.close(write_end)  # the run holds the only write end: its end (or "ready") ends the read
+    with os.fdopen(read_end, "rb") as ready:
+        said = _read_line(ready)
+    assert said == b"ready\n", (k, proc.poll(), said)  # not ended on its own first
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=HANG_S)
     return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
+def _read_line(pipe) -> bytes:
+    """The line on ``pipe``, waited for by ``select`` (a hang after :data:`HANG_S`); b"" when the
+    writer ended without one."""
+    if not select.select([pipe], [], [], HANG_S)[0]:
+        raise AssertionError(f"the run said nothing in {HANG_S} s (a hang)")
+    return pipe.readline()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
