@@ -1,16 +1,18 @@
-"""gpu_check's phases, one Python process each (benchmarks/gpu_check.sh runs them under its
-deadline): torch starts once a phase, not once a step (~5 s each, 15 steps before).
+"""gpu_check's phases, one Python process each (benchmarks/gpu_check.sh runs them under one
+budget): torch starts once a phase, not once a step (~5 s each, 15 steps before).
 
     python benchmarks/gpu_check.py measure WORK --deadline EPOCH_S   # ceilings, kernels, timers, suite
-    python benchmarks/gpu_check.py ncu WORK --deadline EPOCH_S       # --ncu, with the ceilings measured
-    python benchmarks/gpu_check.py report WORK --deadline EPOCH_S    # calibrate, forecast, the verdict
+    python benchmarks/gpu_check.py ncu WORK --deadline EPOCH_S       # one ncu launch, every ncu case
+    python benchmarks/gpu_check.py report WORK --deadline EPOCH_S    # one fit: forecasts, accuracy, verdict
 
-Each step runs attnroof's own command line in this process (``attnroof.cli.main``), its output
-in WORK/<step>.log, and says one line in WORK/summary.txt as soon as it ends: "ok", "ok, N skip"
-(cases that cannot run here, each with its reason in the records), or ERRORS when a case is
-wrong or errored or ncu measured nothing. A step is not started when the deadline would pass
-before it could end; the names of the steps not ok go to WORK/failed.txt. The ceilings are
-measured once (the ceilings step) and every later step reads them (--ceilings).
+Each step runs attnroof's own code in this process, its output in WORK/<step>.log, and says one
+line in the summary and on stdout as soon as it ends: "ok", "ok, N skip" (cases that cannot run
+here, each with its reason in the records), ERRORS when a case is wrong or errored or ncu measured
+nothing (or only some cases), FAILED, "skipped" (a CUDA step without CUDA) or NOT RUN (the
+deadline would pass first), each with its reason. A step is not started when the deadline would
+pass before it could end; the names of the steps not ok go to WORK/failed.txt, every step's
+status to WORK/steps.tsv (the verdict says from it which parts were checked, and why not the
+others). The ceilings are measured once (the ceilings step) and every later step reads them.
 
 Without CUDA the same flow runs on the CPU with CPU-sized shapes; the CUDA-only steps (the
 timers, ncu) are skipped, each with the reason.
@@ -23,7 +25,6 @@ import contextlib
 import gc
 import importlib.util
 import json
-import os
 import re
 import statistics
 import sys
@@ -49,18 +50,23 @@ STEP_SHAPES = {
     },
 }
 """Each implementation × dtype once: the shapes per device type."""
-NCU_SHAPES = {
-    "ncu-probe": ["linear", "-n", "16", "-k", "256", "-m", "256"],
-    "ncu-suite": ["attention", "-s", "2048", "-d", "128", "--heads", "16"],
-    "ncu-decode": ["decode", "-s", "8192", "-d", "128", "--batch", "4", "--heads", "32", "--group", "4"],
-}
-"""Cases under ncu: the probe (does ncu read counters here?), then prefill and decode, so that every
-attention implementation has its DRAM bytes beside the model's."""
-NCU_PROBE_MAX_S = 30
-"""The probe (one tiny case) is given this at most: a hung probe leaves the suite its time."""
-NCU_MARGIN_S = 25
-"""ncu's own timeout is the step's time left less this: ncu stops, and the bytes it counted are
-read and written, before the phase's limit kills the process."""
+NCU_LINEAR = {"n": 16, "k": 256, "m": 256}
+NCU_DECODE = {"s": 8192, "d": 128, "batch": 4, "heads": 32, "group": 4}
+NCU_PREFILL = {"s": 2048, "d": 128, "heads": 16}
+"""The cases under ncu, all in ONE launch (ncu, Python, torch and CUDA start once under the
+profiler): the small linear first (does ncu read counters here? it costs least), then decode
+and prefill taken in turn, so that a launch cut short keeps some of each; every attention
+implementation has its DRAM bytes beside the model's."""
+NCU_MIN_S = 60
+"""An ncu launch is not started with less time than this for it: ncu, Python, torch and CUDA
+start under the profiler before the first case (a shorter limit cannot finish: the step says
+so instead)."""
+NCU_TIMING_S = 20
+"""Time the ncu step gives the timing of its cases (their records; ncu profiles those that ran)."""
+NCU_MARGIN_S = 10
+"""Kept after ncu's limit, inside the phase: the records written, the lines said."""
+NCU_NEED_S = NCU_TIMING_S + NCU_MIN_S + NCU_MARGIN_S
+"""The ncu step is not started with less than this left (gpu_check.sh keeps the phase more)."""
 
 NEED_S = {"cuda": 20.0, "cpu": 5.0}
 """A step is not started with less time than this left before the deadline."""
@@ -78,7 +84,7 @@ FORECAST_MEDIAN_MAX = 0.15
 
 
 class Check:
-    """The summary, the deadline and the steps not ok, for one phase."""
+    """The summary, the deadline and each step's status, for one phase."""
 
     def __init__(self, work: Path, deadline: float, no_cuda: str = "", summary: Path | None = None) -> None:
         self.work, self.deadline, self.no_cuda = work, deadline, no_cuda
@@ -86,13 +92,26 @@ class Check:
         self.summary = summary or work / "summary.txt"
 
     def say(self, line: str) -> None:
-        with open(self.summary, "a", encoding="utf-8") as f:  # as it goes: a kill keeps it
+        """A line in the summary (as it goes: a kill keeps it) and on stdout (gpu_check.sh passes
+        its own stdout on: the output a remote machine surely gives back is its tail)."""
+        with open(self.summary, "a", encoding="utf-8") as f:
             f.write(line + "\n")
         print(line, flush=True)
 
     def not_ok(self, name: str) -> None:
         with open(self.work / "failed.txt", "a", encoding="utf-8") as f:
             f.write(name + "\n")
+
+    def record(self, name: str, status: str, detail: str = "") -> str:
+        """``name``'s status ('ok', 'skip', 'errors', 'failed', 'not run') and why, in steps.tsv."""
+        with open(self.work / "steps.tsv", "a", encoding="utf-8") as f:
+            f.write(f"{name}\t{status}\t{' '.join(detail.split())}\n")
+        return status
+
+    def not_run(self, name: str, why: str) -> str:
+        self.not_ok(name)
+        self.say(f"NOT RUN {name}: {why}")
+        return self.record(name, "not run", why)
 
     def left(self) -> float:
         return self.deadline - time.time()
@@ -104,18 +123,17 @@ class Check:
         *,
         records: Path | None = None,
         cuda_only: bool = False,
+        need: float | None = None,
     ) -> str:
         """Run one step; its summary line; 'ok', 'skip', 'errors', 'failed' or 'not run'."""
         if cuda_only and not self.cuda:
             self.say(f"skipped {name}: {self.no_cuda}")
-            return "skip"
-        need = NEED_S["cuda" if self.cuda else "cpu"]
+            return self.record(name, "skip", self.no_cuda)
+        need = NEED_S["cuda" if self.cuda else "cpu"] if need is None else need
         if self.left() < need:
-            self.not_ok(name)
-            self.say(
-                f"NOT RUN {name}: {max(0, self.left()):.0f} s left before the deadline, under {need:.0f} s"
+            return self.not_run(
+                name, f"{max(0, self.left()):.0f} s left before the deadline, under {need:.0f} s"
             )
-            return "not run"
         log = self.work / f"{name}.log"
         t0 = time.monotonic()
         with (
@@ -138,17 +156,31 @@ class Check:
             first = next((ln for ln in text.splitlines() if re.search(r"error|Error", ln)), None)
             last = (text.strip().splitlines() or ["no output"])[-1]
             self.say(f"FAILED  {name} (exit {rc}, {took:.0f} s): {first or last}")
-            return "failed"
+            return self.record(name, "failed", first or last)
         counts = statuses(text + (records.read_text() if records and records.exists() else ""))
         bad = {k: v for k, v in counts.items() if k != "skip"}
-        ncu = re.search(r"ncu: .*DRAM bytes not measured", text)
+        ncu = NCU_SHORT.search(text)
         said = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
         if bad or ncu:
             self.not_ok(name)
             self.say(f"ERRORS  {name} ({took:.0f} s): {said or 'all ok'}{'; ' + ncu.group(0) if ncu else ''}")
-            return "errors"
+            return self.record(name, "errors", ncu.group(0) if ncu else said)
         self.say(f"ok      {name} ({took:.0f} s){', ' + said if said else ''}")
-        return "ok"
+        return self.record(name, "ok", said)
+
+
+NCU_SHORT = re.compile(r"ncu: .*DRAM bytes (not measured|for \d+ of \d+ cases? only).*")
+"""A step's line that says ncu measured nothing, or only some of its cases: ERRORS."""
+
+
+def read_steps(work: Path) -> dict[str, tuple[str, str]]:
+    """Each step's last status and why, from WORK/steps.tsv."""
+    steps: dict[str, tuple[str, str]] = {}
+    path = work / "steps.tsv"
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        name, status, detail = [*line.split("\t"), "", ""][:3]
+        steps[name] = (status, detail)
+    return steps
 
 
 def _give_back_memory() -> None:
@@ -228,33 +260,106 @@ def _timers() -> int:
     return 0
 
 
+def ncu_cases(dt: str = "bf16") -> list[Any]:
+    """The cases of the one ncu launch, in order: linear, then decode and prefill in turn."""
+    from itertools import zip_longest
+
+    from attnroof.measure.kernels import IMPLS, attention_case, decode_case, linear_case
+
+    decode = [decode_case(i, **NCU_DECODE, dt=dt) for i in IMPLS["decode"]]
+    prefill = [attention_case(i, **NCU_PREFILL, dt=dt) for i in IMPLS["attention"]]
+    turns = [c for pair in zip_longest(decode, prefill) for c in pair if c is not None]
+    return [linear_case(**NCU_LINEAR, dt=dt), *turns]
+
+
 def phase_ncu(check: Check) -> None:
-    ceilings = check.work / "ceilings.json"
-    ceil = ["--ceilings", str(ceilings)] if ceilings.exists() and ceilings.stat().st_size else []
-    out = check.work / "ncu.jsonl"
-    for name, argv in NCU_SHAPES.items():
-        # ncu's own limit under the time left: its bytes are kept before the phase is killed
+    check.step("ncu", lambda: _ncu(check), cuda_only=True, need=NCU_NEED_S)
+    log = check.work / "ncu.log"
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if line.startswith("ncu: "):
+            check.say(f"  {line}")
+
+
+def _ncu(check: Check) -> int:
+    """Time every ncu case (ncu profiles those that ran), then ONE ncu launch over them, with the
+    phase's time left less a margin as its limit (none started when that is under NCU_MIN_S);
+    the records, with the bytes of the cases ncu finished, in WORK/ncu.jsonl."""
+    from attnroof.measure import ncu
+    from attnroof.measure.records import ResultsFile
+
+    cases = ncu_cases()
+    records = time_cases(check.work, cases)
+    out = ResultsFile(check.work / "ncu.jsonl")
+    try:
+        for rec in records:
+            out.append(rec)  # the timed records, kept even if ncu never ends
+        ok = [c for c, r in zip(cases, records, strict=True) if r["status"] == "ok"]
         limit = check.left() - NCU_MARGIN_S
-        if name == "ncu-probe":
-            limit = min(limit, NCU_PROBE_MAX_S)
-        os.environ["ATTNROOF_NCU_TIMEOUT_S"] = str(max(10, int(limit)))
-        check.step(name, cli("measure", *argv, "--ncu", *ceil, "-o", str(out), "--json"), cuda_only=True)
+        print(json.dumps({"records": records}, indent=1, default=str))
+        if ncu.ncu_path() is None:
+            print("ncu: not on PATH; DRAM bytes not measured")
+            return 0
+        if not ok:
+            print(f"ncu: none of the {len(cases)} cases ran; DRAM bytes not measured")
+            return 0
+        if limit < NCU_MIN_S:
+            print(
+                f"ncu: not started: {max(0.0, limit):.0f} s left for it, and one launch needs {NCU_MIN_S} s; "
+                "DRAM bytes not measured"
+            )
+            return 0
+        said: list[str] = []
+        try:
+            results = ncu.profile(ok, timeout_s=limit, say=said.append)
+        except ncu.NcuError as e:
+            print(f"ncu: {e}; DRAM bytes not measured")
+            return 0
+        ncu.attach(records, results)
+        out.rewrite(records)
+        for line in said:
+            print(f"ncu: {line}")
+        n = len(ok)
+        if len(results) < n:
+            print(
+                f"ncu: DRAM bytes for {len(results)} of {n} case{'s' if n > 1 else ''} only (one launch, {limit:.0f} s)"
+            )
+        else:
+            print(f"ncu: DRAM bytes of all {n} cases read from hardware counters (one launch, {limit:.0f} s)")
+        return 0
+    finally:
+        out.close()
+
+
+def time_cases(work: Path, cases: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each case timed on the GPU and placed on the measured ceilings (and the catalog's H200)."""
+    from attnroof.devices import get_device
+    from attnroof.measure.env import local_device
+    from attnroof.measure.runner import measure_case
+    from attnroof.measure.timing import QUICK
+
+    ceilings = work / "ceilings.json"
+    measured = get_device(str(ceilings)) if ceilings.exists() and ceilings.stat().st_size else None
+    catalog = get_device(_device_flags()[1]) if _device_flags() else None
+    dev = local_device("cuda")
+    try:
+        return [measure_case(c, dev, measured=measured, catalog=catalog, budget=QUICK) for c in cases]
+    finally:
+        dev.drop_inputs()  # the GPU's memory is ncu's child's now
+        dev.free_memory()
 
 
 def phase_report(check: Check) -> None:
     w = check.work
     results = w / "results.jsonl"
     if not results.exists():
-        check.say("report: no results.jsonl (the suite did not run): nothing to calibrate")
-        return
-    check.step("calibrate", lambda: _calibrate(w))
-    accuracy = _script("calibration")
-    check.step("accuracy", lambda: accuracy.main([str(results)]))
-    log = w / "accuracy.log"
-    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-        check.say(f"  accuracy: {line}")
+        check.not_run("calibrate", "no results.jsonl (the suite did not run): nothing to calibrate")
+    elif check.step("calibrate", lambda: _calibrate(w)) == "ok":
+        for name in ("accuracy.txt", "forecast.txt"):
+            lines = (w / name).read_text(errors="replace").splitlines() if (w / name).exists() else []
+            for line in lines if name == "accuracy.txt" else lines[-1:]:
+                check.say(f"  {name.split('.')[0]}: {line}")
     recs = _jsonl(results) + _jsonl(w / "ncu.jsonl")
-    lines = verdict(recs, _jsonl(w / "forecast.jsonl"))
+    lines = verdict(recs, _jsonl(w / "forecast.jsonl"), read_steps(w))
     (w / "verdict.txt").write_text("\n".join(lines) + "\n")
     for line in lines:
         check.say(line)
@@ -275,7 +380,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _calibrate(w: Path) -> int:
-    """Calibrate on two shapes in three, forecast the third, compare with what was measured."""
+    """ONE fit, on two shapes in three: the third forecast and compared with what was measured
+    (forecast.txt), and the fit's own leave-one-shape-out table (accuracy.txt, the table
+    benchmarks/calibration.py prints), both from that fit."""
     from attnroof import calibration
     from attnroof.calibration.fit import summary
     from attnroof.calibration.forecast import forecast
@@ -304,21 +411,47 @@ def _calibrate(w: Path) -> int:
         rows.append({"key": r["key"], "kind": r["kind"], "impl": r["impl"], "error": err})
         lines.append(f"{r['key']}: measured {r['time_s']:.3e} s forecast {fc.time_s:.3e} s ({err:+.1%})")
     s = summary(errs)
-    lines.append(f"held-out forecasts: {s['n']}, median {s['median']}, p90 {s['p90']}, inside band {inside}")
+    lines.append(
+        f"held-out forecasts: {s['n']}, |error| median {_pct(s['median'])}, p90 {_pct(s['p90'])}, "
+        f"{inside} inside their band"
+    )
     (w / "forecast.txt").write_text("\n".join(lines) + "\n")
     (w / "forecast.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (w / "accuracy.txt").write_text("\n".join(_accuracy(cals)) + "\n")
     print(lines[-1])
     return 0
+
+
+def _accuracy(cals: Sequence[Any]) -> list[str]:
+    """benchmarks/calibration.py's table (leave one shape out) of these calibrations."""
+    rows = _script("calibration").rows
+    headers = ["kind", "impl", "shapes", "held-out median", "held-out p90", "raw bound median"]
+    out = []
+    for cal in cals:
+        out.append(f"{cal.catalog_device or cal.device} {cal.dtype} (the fit the forecasts come from)")
+        table = rows(cal)
+        widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(headers)]
+        out += [
+            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [headers, *table]
+        ]
+    return out
 
 
 # ---------------------------------------------------------------- the verdict
 
 
-def verdict(records: Iterable[Mapping[str, Any]], forecasts: Iterable[Mapping[str, Any]]) -> list[str]:
+def verdict(
+    records: Iterable[Mapping[str, Any]],
+    forecasts: Iterable[Mapping[str, Any]],
+    steps: Mapping[str, tuple[str, str]] | None = None,
+) -> list[str]:
     """One screen: does the model hold? Per implementation, the DRAM bytes ncu counted over the
     model's (median), the efficiency (bound / measured time: median and highest) and the
     held-out forecast error (median |error|), as percentages; then one line that says yes or no,
-    and why."""
+    which of the three parts it checked (bytes against ncu's, no case above its roof, the
+    held-out forecasts), and why each other part was not checked (from ``steps``: each step's
+    status and why, :func:`read_steps`). YES alone means all three were checked and held."""
+    steps = steps or {}
     by: dict[tuple[str, str], dict[str, list[float]]] = {}
     for r in records:
         if r.get("kind") not in ("attention", "decode", "linear") or r.get("status") != "ok":
@@ -334,15 +467,17 @@ def verdict(records: Iterable[Mapping[str, Any]], forecasts: Iterable[Mapping[st
         )
     head = f"{'kind':<10}{'impl':<16}{'bytes ncu/model':>16}{'efficiency':>20}{'forecast error':>16}"
     lines = ["the model against the measurements (median per implementation):", head]
-    wrong_bytes, above, bad_forecast, ncu_seen = [], [], [], False
+    wrong_bytes, above = [], []
     errors: list[float] = []
+    n_bytes = n_eff = 0
     for (kind, impl), row in sorted(by.items()):
         b = statistics.median(row["bytes"]) if row["bytes"] else None
         e = statistics.median(row["eff"]) if row["eff"] else None
         top = max(row["eff"]) if row["eff"] else None
         f = statistics.median(row["err"]) if row["err"] else None
         errors += row["err"]
-        ncu_seen |= b is not None
+        n_bytes += len(row["bytes"])
+        n_eff += len(row["eff"])
         if b is not None and not BYTES_BAND[0] <= b <= BYTES_BAND[1]:
             wrong_bytes.append(f"{impl} {_pct(b)}")
         if top is not None and top > EFFICIENCY_MAX:
@@ -350,29 +485,54 @@ def verdict(records: Iterable[Mapping[str, Any]], forecasts: Iterable[Mapping[st
         eff = "—" if e is None else f"{_pct(e)} (max {_pct(top)})"
         lines.append(f"{kind:<10}{impl:<16}{_pct(b):>16}{eff:>20}{_pct(f):>16}")
     pooled = statistics.median(errors) if errors else None
-    if pooled is not None and pooled > FORECAST_MEDIAN_MAX:
-        bad_forecast.append(f"median {_pct(pooled)}")
     lo, hi = BYTES_BAND
-    why = []
-    if wrong_bytes:
-        why.append(f"ncu's bytes outside {_pct(lo)}–{_pct(hi)} of the model's: {', '.join(wrong_bytes)}")
-    if above:
-        why.append(f"faster than the roof (over {_pct(EFFICIENCY_MAX)}): {', '.join(above)}")
-    if bad_forecast:
-        why.append(f"held-out forecast error over {_pct(FORECAST_MEDIAN_MAX)}: {bad_forecast[0]}")
+    held, failed, unchecked = [], [], []
+    if not n_bytes:
+        unchecked.append(("bytes", _why_not(steps, "ncu", "no case has ncu's bytes")))
+    elif wrong_bytes:
+        failed.append(f"ncu's bytes outside {_pct(lo)}–{_pct(hi)} of the model's: {', '.join(wrong_bytes)}")
+    else:
+        held.append(("bytes", f"bytes within {_pct(lo)}–{_pct(hi)} of ncu's ({_cases(n_bytes)})"))
+    if not n_eff:
+        unchecked.append(("the roof", "no case was placed on a measured roof"))
+    elif above:
+        failed.append(f"faster than the roof (over {_pct(EFFICIENCY_MAX)}): {', '.join(above)}")
+    else:
+        held.append(("the roof", f"no case above its roof (≤ {_pct(EFFICIENCY_MAX)}, {_cases(n_eff)})"))
+    if pooled is None:
+        unchecked.append(("forecasts", _why_not(steps, "calibrate", "no held-out forecast")))
+    elif pooled > FORECAST_MEDIAN_MAX:
+        failed.append(f"held-out forecast error over {_pct(FORECAST_MEDIAN_MAX)}: median {_pct(pooled)}")
+    else:
+        held.append(("forecasts", f"held-out forecasts median {_pct(pooled)} ({len(errors)})"))
+    not_checked = [f"{part} NOT checked ({why})" for part, why in unchecked]
     if not by:
         lines.append("the model holds: NOT KNOWN (no case was measured)")
-    elif why:
-        lines.append("the model holds: NO — " + "; ".join(why))
+    elif failed:
+        lines.append("the model holds: NO — " + "; ".join(failed + not_checked))
+    elif not unchecked:
+        lines.append("the model holds: YES — " + "; ".join(text for _, text in held))
     else:
-        checked = [
-            f"bytes within {_pct(lo)}–{_pct(hi)} of ncu's" if ncu_seen else "bytes NOT checked (no ncu)",
-            f"no case above its roof (≤ {_pct(EFFICIENCY_MAX)})",
-            f"held-out forecasts median {_pct(pooled)}" if pooled is not None else "no held-out forecast",
-        ]
-        yes = "YES" if ncu_seen else "YES on time and forecasts, bytes NOT checked"
-        lines.append(f"the model holds: {yes} — " + "; ".join(checked))
+        on = " and ".join(part for part, _ in held)
+        lines.append(
+            f"the model holds: YES on {on} only; {'; '.join(not_checked)} — " + "; ".join(t for _, t in held)
+        )
     return lines
+
+
+def _why_not(steps: Mapping[str, tuple[str, str]], name: str, ok_but: str) -> str:
+    """Why the step ``name`` gave nothing to check, from its status."""
+    status, detail = steps.get(name, ("", ""))
+    said = {"skip": "skipped", "not run": "NOT RUN", "failed": "FAILED", "errors": "ERRORS"}
+    if status in said:
+        return f"{name} {said[status]}{': ' + detail if detail else ''}"
+    if status == "ok":
+        return ok_but
+    return f"the {name} step did not end (its phase was cut short, or never ran)"
+
+
+def _cases(n: int) -> str:
+    return f"{n} case" if n == 1 else f"{n} cases"
 
 
 def _pct(x: float | None) -> str:

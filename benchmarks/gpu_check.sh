@@ -1,32 +1,35 @@
 #!/usr/bin/env bash
 # GPU check: every CUDA branch of attnroof once, then calibrate and forecast held-out shapes, on
-# the local CUDA device, and one screen that says whether the model holds. Never run on a GPU
-# before: the whole check ends within DEADLINE_S (420 s: 7 minutes on an H200), each phase has
-# its own limit inside it, and summary.txt is written AS IT GOES (a step that fails, or a phase
-# that times out, is marked and the next runs), so a run cut short still says what it saw.
+# the local CUDA device, and one screen that says whether the model holds and which parts of it
+# were checked. Never run on a GPU before: the whole check ends within ONE budget, DEADLINE_S
+# (420 s: 7 minutes on an H200), and summary.txt is written AS IT GOES (a step that fails, or a
+# phase that times out, is marked and the next runs), so a run cut short still says what it saw.
+# Every line of the summary is printed on stdout too: on a remote GPU machine the tail of the
+# output is what surely comes back.
 #
 #   benchmarks/gpu_check.sh [OUTDIR]   # writes under OUTDIR, else $OUT if set, else results/
 #
-# Phases (limit), one Python process each (torch starts once a phase: ~5 s, not ~15 times):
-#   env      the interpreter, torch, CUDA, triton, ncu (60 s)
+# Phases, one Python process each (torch starts once a phase: ~5 s, not ~15 times):
+#   env      the interpreter, torch, CUDA, triton, ncu, nvidia-smi (each under a time limit)
 #   measure  ceilings (measured once: every later step reads them), each implementation × dtype
 #            (bf16, fp16, fp32 with the tf32 switch), the timers (do_bench, CUDA events), the
-#            quick suite (220 s)
-#   ncu      a probe case, then --ncu on a prefill and a decode case (120 s; ncu's own limit is
-#            the time left less 25 s, so its bytes are kept before the phase is killed)
-#   report   calibrate on two shapes in three, forecast the third, the accuracy table and the
-#            verdict: bytes ncu/model, efficiency and forecast error per implementation (40 s)
+#            quick suite
+#   ncu      ONE ncu launch over every ncu case (a small linear, then decode and prefill in turn),
+#            its limit the phase's time left (none started when it could not finish: said why)
+#   report   one fit on two shapes in three: the third forecast, the fit's accuracy table, and
+#            the verdict: bytes ncu/model, efficiency and forecast error per implementation
+# The budget: each phase may run until the deadline less what the phases after it are kept
+# (ncu NCU_KEEP_S, report REPORT_KEEP_S), so the time a phase leaves unused goes to the next.
 # The steps of a phase are in benchmarks/gpu_check.py.
 #
 # Without CUDA (torch importable, CUDA not usable) the flow runs on the CPU with CPU-sized
-# shapes: the CUDA-only steps (timers, ncu) are skipped, each with the reason in the summary
-# (some 15 s on two idle cores, under a minute on loaded ones).
+# shapes: the CUDA-only steps (timers, ncu) are skipped, each with the reason in the summary.
 #
 # Leaves exactly two files in the output folder (only a few files of a folder come back from a
 # remote GPU machine): summary.txt, written as it goes, and gpu_check.tar.gz, packed on every exit
 # (a trap: done, failed, or interrupted) with everything else it wrote: summary.txt, env.txt,
-# ceilings.json, results.jsonl, ncu.jsonl, cal.json, forecast.txt, verdict.txt, one <step>.log
-# per step and one phase-<phase>.log per phase.
+# ceilings.json, results.jsonl, ncu.jsonl, cal.json, forecast.txt, accuracy.txt, verdict.txt,
+# steps.tsv, one <step>.log per step and one phase-<phase>.log (its stderr) per phase.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -43,18 +46,29 @@ summary="$out/summary.txt"
 archive="$out/gpu_check.tar.gz"
 work=$(mktemp -d "$out/.gpu_check.XXXXXX")  # every file but the summary, until packed
 
+DEADLINE_S=${GPU_CHECK_DEADLINE_S:-420}  # the whole check, packing included: the one budget
+PACK_S=10                                # kept for packing the archive at the end
+TOOL_S=${GPU_CHECK_TOOL_TIMEOUT_S:-20}   # each outside tool's limit (ncu --version, nvidia-smi, tar)
+NCU_KEEP_S=100    # kept for the ncu phase: torch's start, the cases timed, one ncu launch that can
+                  # finish (gpu_check.py's NCU_NEED_S, 90 s) and its margin
+REPORT_KEEP_S=40  # kept for the report phase: torch's start, one fit, the verdict
+start=$(date +%s)
+deadline=$(( start + DEADLINE_S - PACK_S ))
+
+say() { echo "$*" | tee -a "$summary"; }
+
 # pack: the summary and every file written into one archive, the work folder removed
-child=
 pack() {
     local rc=$?
     trap - EXIT
-    if [ -n "$child" ]; then  # a phase still running: stop it (timeout passes TERM on) and wait
-        kill -TERM "$child" 2>/dev/null
-        wait "$child" 2>/dev/null
+    local jobs_left; jobs_left=$(jobs -p)  # a phase still running, even one started as the signal came
+    if [ -n "$jobs_left" ]; then  # stop it (timeout passes TERM on to the phase's group) and wait
+        kill -TERM $jobs_left 2>/dev/null
+        wait $jobs_left 2>/dev/null
     fi
     cp "$summary" "$work/summary.txt" 2>/dev/null
     local n; n=$(find "$work" -type f | wc -l)
-    if tar -czf "$archive.part" -C "$work" . && mv -f "$archive.part" "$archive"; then
+    if timeout --kill-after=2 "$TOOL_S" tar -czf "$archive.part" -C "$work" . && mv -f "$archive.part" "$archive"; then
         rm -rf "$work"
         echo "gpu_check: packed $n files into $archive" >&2
     else
@@ -66,47 +80,83 @@ trap pack EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-say() { echo "$*" | tee -a "$summary"; }
+failed=()  # the phases that failed, timed out or were not run (the steps not ok: $work/failed.txt)
+phases=()  # each phase's status, for the last lines
 
-DEADLINE_S=${GPU_CHECK_DEADLINE_S:-420}  # the whole check, packing included
-PACK_S=10                                # kept for packing the archive at the end
-deadline=$(( $(date +%s) + DEADLINE_S - PACK_S ))
-
-failed=()  # the phases that failed or timed out (the steps not ok are in $work/failed.txt)
-
-# phase NAME LIMIT_S: one Python process for the phase's steps (benchmarks/gpu_check.py), under
-# the phase's limit or the time left before the deadline, whichever is less; its own output in
-# phase-NAME.log, each step's line in the summary as the step ends
+# phase NAME KEEP_S: one Python process for the phase's steps (benchmarks/gpu_check.py), until the
+# deadline less KEEP_S (what the phases after it are kept), so that the time the phases before it
+# left unused is its own; its stderr in phase-NAME.log, each step's line in the summary and on
+# stdout as the step ends, and one line for the phase as it ends
 phase() {
-    local name=$1 limit=$2
-    local left=$(( deadline - $(date +%s) ))
-    if [ "$left" -lt "$limit" ]; then limit=$left; fi
+    local name=$1 keep=$2
+    local now; now=$(date +%s)
+    local end=$(( deadline - keep ))
+    local limit=$(( end - now ))
     if [ "$limit" -lt 5 ]; then
         failed+=("$name")
-        say "NOT RUN phase $name: the deadline (${DEADLINE_S} s) has passed"
+        phases+=("$name NOT RUN")
+        say "NOT RUN phase $name: $(( deadline - now )) s left of the ${DEADLINE_S} s budget, ${keep} s of it kept for the phases after it"
         return 0
     fi
-    local t0=$SECONDS rc
+    local t0=$SECONDS rc before; before=$(steps_so_far)
     # in the background and waited for, so that a signal to this script is handled at once (bash
-    # defers a trap until a foreground child ends): the trap stops the phase, then packs
-    # the phase's own end is its deadline: its steps (and ncu's limit) fit inside the phase
-    timeout --kill-after=5 "$limit" "$py" benchmarks/gpu_check.py "$name" "$work" --deadline "$(( $(date +%s) + limit ))" \
-        --summary "$summary" "${no_cuda[@]}" > "$work/phase-$name.log" 2>&1 &
-    child=$!
-    wait "$child"
+    # defers a trap until a foreground child ends): the trap stops the phase, then packs.
+    # The phase's own deadline is its end: its steps (and ncu's limit) fit inside it.
+    timeout --kill-after=5 "$limit" "$py" benchmarks/gpu_check.py "$name" "$work" --deadline "$end" \
+        --summary "$summary" "${no_cuda[@]}" 2> "$work/phase-$name.log" &
+    wait $!
     rc=$?
-    child=
+    local took=$(( SECONDS - t0 )) steps; steps=$(phase_steps "$before" | sed 's/^[a-z ]*(\(.*\))$/\1/')
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         failed+=("$name")
+        phases+=("$name TIMEOUT after ${limit} s ($steps before it)")
         say "TIMEOUT phase $name after ${limit} s (the steps after the last line above did not end)"
     elif [ $rc -ne 0 ]; then
         failed+=("$name")
-        say "FAILED  phase $name (exit $rc, $((SECONDS - t0)) s): $(grep -m1 -E 'Error|error' "$work/phase-$name.log" || tail -n 1 "$work/phase-$name.log")"
+        phases+=("$name FAILED, exit $rc ($steps; ${took} s)")
+        say "FAILED  phase $name (exit $rc, ${took} s): $(grep -m1 -E 'Error|error' "$work/phase-$name.log" || tail -n 1 "$work/phase-$name.log")"
+    else
+        local status; status=$(phase_steps "$before")
+        phases+=("$name ${status%)}; ${took} s of ${limit})")
+        say "phase $name: $status in ${took} s of the ${limit} s it had; $(( deadline - $(date +%s) )) s of the budget left"
     fi
     return 0
 }
 
-say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+# phase_steps FROM: the statuses of the steps written to steps.tsv after its first FROM lines,
+# counted ("11 ok, 1 skip"; "no step"), then the phase's word for them: ok, skipped (every step
+# skipped), not ok (a step ERRORS, FAILED or NOT RUN)
+phase_steps() {
+    local counts
+    counts=$(tail -n +"$(( $1 + 1 ))" "$work/steps.tsv" 2>/dev/null | cut -f2 | sort | uniq -c |
+        awk '{n = $1; $1 = ""; sub(/^ /, ""); printf "%s%d %s", (i++ ? ", " : ""), n, $0} END {if (!i) printf "no step"}')
+    if echo "$counts" | grep -qE 'errors|failed|not run'; then
+        echo "not ok ($counts)"
+    elif echo "$counts" | grep -qE '^[0-9]+ skip$'; then
+        echo "skipped ($counts)"
+    else
+        echo "ok ($counts)"
+    fi
+}
+
+steps_so_far() { if [ -f "$work/steps.tsv" ]; then wc -l < "$work/steps.tsv"; else echo 0; fi; }
+
+# tool LINE_PREFIX CMD...: an outside tool's answer, under TOOL_S; a tool that hangs is said so
+tool() {
+    local what=$1; shift
+    local text rc
+    text=$(timeout --kill-after=2 "$TOOL_S" "$@" 2>&1)
+    rc=$?
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        echo "$what: no answer within ${TOOL_S} s (stopped)"
+    elif [ $rc -ne 0 ]; then
+        echo "$what: exit $rc: $(echo "$text" | tail -n 1)"
+    else
+        echo "$text"
+    fi
+}
+
+say "gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ): a budget of ${DEADLINE_S} s"
 # the CUDA check says what it found: the interpreter, torch.__version__, torch.version.cuda and,
 # when CUDA is not usable, torch's own error (torch.cuda.init() raises with the reason)
 cuda_check=$(timeout --kill-after=5 60 "$py" - 2>&1 <<'PY'
@@ -147,26 +197,33 @@ if [ $cuda_rc -ne 0 ]; then
     fi
     why="no CUDA here ($(echo "$cuda_check" | tail -n 1))"
     no_cuda=(--no-cuda "$why")
+    NCU_KEEP_S=5  # its step is skipped: nothing to keep for it
     say "gpu_check: $why: the CUDA-only steps are skipped, the rest runs on the CPU"
 fi
 
 tools=$({
-    command -v cc >/dev/null && echo "C compiler: $(command -v cc)" || echo "C compiler: none (do_bench cannot build; CUDA events)"
-    command -v ncu >/dev/null && ncu --version | tail -1 || echo "ncu: not on PATH"
-    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null || true
-} 2>&1)
+    if command -v cc >/dev/null; then echo "C compiler: $(command -v cc)"; else echo "C compiler: none (do_bench cannot build; CUDA events)"; fi
+    if command -v ncu >/dev/null; then tool "ncu --version" ncu --version | tail -n 1; else echo "ncu: not on PATH"; fi
+    if command -v nvidia-smi >/dev/null; then
+        tool "nvidia-smi" nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+    else
+        echo "nvidia-smi: not on PATH"
+    fi
+})
 echo "$tools" >> "$work/env.txt"
 echo "$tools" | sed 's/^/  env: /' | tee -a "$summary"
 
-phase measure 220
-phase ncu 120
-phase report 40
+phase measure $(( NCU_KEEP_S + REPORT_KEEP_S ))
+phase ncu "$REPORT_KEEP_S"
+phase report 0
 
 steps=()
 [ -s "$work/failed.txt" ] && mapfile -t steps < "$work/failed.txt"
 bad=("${steps[@]}" "${failed[@]}")
 holds=$(grep -m1 '^the model holds:' "$work/verdict.txt" 2>/dev/null | sed 's/ — .*//')
 holds=${holds:-the model holds: NOT KNOWN (no verdict)}
+joined=$(printf '%s; ' "${phases[@]}")
+say "phases: ${joined%; }; $(( $(date +%s) - start )) s of the ${DEADLINE_S} s budget used"
 if [ ${#bad[@]} -gt 0 ]; then
     say "gpu_check: done $(date -u +%H:%M:%SZ) in ${SECONDS} s; ${#bad[@]} step(s) not ok: ${bad[*]}; $holds; every step's log is in $archive"
     exit 1
