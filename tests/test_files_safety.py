@@ -369,3 +369,19 @@ def test_measurements_in_tells_results_and_ceilings_from_other_files(tmp_path):
     assert outfile.measurements_in(empty) is None
     assert outfile.measurements_in(other) is None
     assert outfile.measurements_in(tmp_path / "missing") is None
+
+
+def test_hidden_siblings_fit_any_legal_name_and_tell_long_names_apart(tmp_path):
+    short = outfile.hidden_sibling(tmp_path / "r.jsonl", ".lock")
+    assert short == ".r.jsonl.lock"
+    a, b = ("x" * 250 + end for end in (".a.jsonl", ".b.jsonl"))  # 258 bytes each: one prefix, cut
+    a, b = a[-255:], b[-255:]
+    locks = [outfile.hidden_sibling(tmp_path / n, ".lock") for n in (a, b)]
+    assert all(len(n.encode()) <= 255 and n.startswith(".x") and n.endswith(".lock") for n in locks)
+    assert locks[0] != locks[1]  # the hash of the whole name, not only its cut start
+    assert locks[0] == outfile.hidden_sibling(tmp_path / a, ".lock")  # the next writer finds it
+    wide = "é" * 125 + ".svg"  # 254 bytes: the cut never splits a character
+    name = outfile.hidden_sibling(tmp_path / wide, ".", room=12)
+    assert len(name.encode()) <= 255 - 12 and name.encode().decode("utf-8") == name
+    outfile.write_text(tmp_path / wide, "x")
+    assert os.listdir(tmp_path) == [wide]
