@@ -436,6 +436,26 @@ def test_cli_requests_file(tmp_path):
     assert r.returncode == 2 and "output_tokens" in r.stderr
 
 
+def test_max_rate_on_a_requests_file_cycles_it_to_a_steady_length(tmp_path):
+    """50 requests are too few to judge a rate on: the file's requests, in order, are cycled to
+    ten times the full engine's concurrency, and each judging run holds that many."""
+    f = tmp_path / "r.jsonl"
+    f.write_text(
+        "".join(f'{{"input_tokens": {500 + 20 * i}, "output_tokens": {100 + i}}}\n' for i in range(50))
+    )
+    m = _json(
+        "--model", "llama-3.1-8b", "--device", "h100", "--requests-file", str(f), "--max-rate",
+        "--slo-ttft", "1s", "--slo-tpot", "40ms",
+    )["max_rate"]  # fmt: skip
+    n = m["requests_per_simulation"]
+    assert n > 50 and m["at_max_rate"]["requests"] == n
+    # the cycled run's prompts are the file's, in order: its mean prompt is the file's for whole cycles
+    whole, rest = divmod(n, 50)
+    tokens = whole * sum(500 + 20 * i for i in range(50)) + sum(500 + 20 * i for i in range(rest))
+    at = m["at_max_rate"]
+    assert at["input_tokens_per_s"] * at["duration_s"] == pytest.approx(tokens)
+
+
 def test_cli_gpt_oss_from_its_mxfp4_config():
     """gpt-oss-120b as its checkpoint stores it: MXFP4 experts (4.25 bits) and bf16 elsewhere,
     65.2 GB, so one 80 GB H100 serves it with room for a KV cache."""

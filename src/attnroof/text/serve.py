@@ -153,9 +153,10 @@ def _search(r: Any) -> str:
     )
     st = b.steady
     return (
-        f"max rate: {r.rate:.3g} requests/s meets {limits} in steady state ({got}; offered {b.rate:.3g}/s, "
-        f"taken in {st.achieved:.3g}/s over the second half of the arrivals, TTFT trend "
-        f"{st.wait_slope * 1e3:+.2g} ms/s); capacity {r.capacity:.3g} requests/s with every request at once; {sims}"
+        f"max rate: {r.rate:.3g} requests/s meets {limits} in steady state ({got}; offered {b.rate:.3g}/s: "
+        f"over the second half of the arrivals {st.offered:.3g}/s came and {st.achieved:.3g}/s were taken in, "
+        f"TTFT trend {st.wait_slope * 1e3:+.2g} ms/s); capacity {r.capacity:.3g} requests/s with every request "
+        f"at once; {sims}"
     )
 
 
