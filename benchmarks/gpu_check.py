@@ -153,10 +153,12 @@ class Check:
         text = log.read_text(encoding="utf-8", errors="replace")
         if rc != 0:
             self.not_ok(name)
-            first = next((ln for ln in text.splitlines() if re.search(r"error|Error", ln)), None)
-            last = (text.strip().splitlines() or ["no output"])[-1]
-            self.say(f"FAILED  {name} (exit {rc}, {took:.0f} s): {first or last}")
-            return self.record(name, "failed", first or last)
+            lines = text.strip().splitlines() or ["no output"]
+            first = next((ln for ln in lines if re.search(r"error|Error", ln)), None)
+            # a traceback's last line is the exception; otherwise the first line that says error
+            why = lines[-1] if any(ln.startswith("Traceback") for ln in lines) else first or lines[-1]
+            self.say(f"FAILED  {name} (exit {rc}, {took:.0f} s): {why}")
+            return self.record(name, "failed", why)
         counts = statuses(text + (records.read_text() if records and records.exists() else ""))
         bad = {k: v for k, v in counts.items() if k != "skip"}
         ncu = NCU_SHORT.search(text)

@@ -298,7 +298,9 @@ def test_each_step_says_ok_skip_or_errors_from_its_cases(tmp_path, capsys):
         "DRAM bytes for 3 of 11 cases only (one launch, 60 s)"
     )
     assert lines[5].startswith("FAILED  bad-flag (exit 2, ")
-    assert lines[6].startswith("FAILED  crash (exit 1, ") and "ZeroDivisionError" in lines[6]
+    assert lines[6].startswith("FAILED  crash (exit 1, ") and lines[6].endswith(
+        " s): ZeroDivisionError: division by zero"
+    )
     assert lines[7] == "skipped timers: no CUDA here (why)"
     assert capsys.readouterr().out.splitlines() == lines  # every line on stdout as well
     assert (tmp_path / "failed.txt").read_text().split() == [
@@ -421,6 +423,30 @@ def test_ncu_cut_short_keeps_its_bytes_and_says_so(tmp_path, monkeypatch):
     assert "  ncu: ncu ran past 190 s; DRAM bytes for 3 of 11 cases only" in lines
     recs = [json.loads(ln) for ln in (tmp_path / "ncu.jsonl").read_text().splitlines()]
     assert sum(r.get("ncu_bytes") is not None for r in recs) == 3
+
+
+def test_ncu_that_cannot_count_costs_one_launch_and_says_why(tmp_path, monkeypatch):
+    """A probe that failed (no counter permission, say) did not stop the two launches after it,
+    each paying ncu's start again to fail the same way: the one launch fails once, said."""
+    from attnroof.measure import ncu
+
+    gc = _module()
+    calls = _ncu_stand_ins(gc, monkeypatch)
+
+    def no_permission(cases, *, timeout_s, say):
+        calls.append(([c.key for c in cases], timeout_s))
+        raise ncu.NcuError(f"ncu: {ncu.PERMISSION}: {ncu.PERMISSION_HINT}")
+
+    monkeypatch.setattr(ncu, "profile", no_permission)
+    gc.phase_ncu(_Scripted(gc, tmp_path, 200.0).check)
+    assert len(calls) == 1
+    line = (tmp_path / "summary.txt").read_text().splitlines()[0]
+    assert (
+        line.startswith("ERRORS  ncu (")
+        and "ERR_NVGPUCTRPERM" in line
+        and line.endswith("DRAM bytes not measured")
+    )
+    assert gc.read_steps(tmp_path)["ncu"][0] == "errors"
 
 
 # ---------------------------------------------------------------- the report: one fit
