@@ -19,9 +19,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from attnroof.errors import InputError
+
+MAX_SIZE = 2**40
+"""No tensor dimension or token count of a real model comes near 2⁴⁰ (10¹²); beyond it a size is
+a typo, and its FLOP counts would outrun a float's exact range. The command line's sizes and the
+shapes a results file records are held to it alike."""
 
 
 def _plain(value: Any) -> bool:
@@ -102,3 +109,43 @@ def kv_heads(heads: int, group: int, *, heads_name: str = "heads", group_name: s
             f"{heads_name} {heads} is not a multiple of {group_name} {group} (the group divides the query heads)"
         )
     return heads // group
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """A physical quantity's plausible values, ``low`` to ``high`` in ``unit``, each end with its
+    reason: the one place a flag's type and the library that takes the value read the range from.
+
+    >>> RATE = Range(1e-3, 1e9, "requests a second", "slower is no traffic", "faster is no deployment's")
+    >>> RATE.problem(5.0) is None, RATE.problem(1e-14), RATE.problem(2e9)
+    (True, 'is below 0.001 requests a second: slower is no traffic', "is above 1e9 requests a second: faster is no deployment's")
+    """
+
+    low: float
+    high: float
+    unit: str
+    why_low: str
+    why_high: str
+
+    def problem(self, value: float) -> str | None:
+        """What is wrong with ``value`` (a phrase to follow the value), or None inside the range."""
+        unit = f" {self.unit}" if self.unit else ""
+        if not value >= self.low:  # NaN too
+            return f"is below {_figure(self.low)}{unit}: {self.why_low}"
+        if not value <= self.high:
+            return f"is above {_figure(self.high)}{unit}: {self.why_high}"
+        return None
+
+    def check(self, name: str, value: float) -> float:
+        """``value``, or :class:`InputError` naming ``name``, the value and the range's reason."""
+        bad = self.problem(value)
+        if bad is not None:
+            raise InputError(f"{name} {value!r} {bad}", param=name)
+        return value
+
+
+def _figure(x: float) -> str:
+    """A range's end as a person writes it: ``18,446,744,073,709,551,615``, ``0.001``, ``1e9``."""
+    if isinstance(x, int):
+        return f"{x:,}"
+    return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'-' if m[1] == '-' else ''}{m[2]}", f"{x:g}")

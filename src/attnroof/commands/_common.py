@@ -21,8 +21,9 @@ from attnroof.devices import (
     Device,
     get_device,
 )
+from attnroof.devices.checks import check_capacity, check_power, check_rate
 from attnroof.dtypes import DType, dtype
-from attnroof.errors import InputError
+from attnroof.errors import DeviceFileError, InputError
 from attnroof.jsonable import to_jsonable
 from attnroof.roofline import Roof
 from attnroof.units import parse_quantity
@@ -58,9 +59,8 @@ class Command:
 # ---------------------------------------------------------------- argument types
 
 _SIZE_SUFFIX = {"k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2}
-MAX_SIZE = 2**40
-"""No tensor dimension of a real model comes near 2⁴⁰ (10¹²); beyond it a size is a typo, and
-its FLOP counts would outrun a float's exact range."""
+MAX_SIZE = validate.MAX_SIZE
+"""The largest size a flag takes (2⁴⁰): :data:`attnroof.validate.MAX_SIZE`, with its reason."""
 MAX_SOFTMAX_FLOPS = 1000
 """FLOPs per score: the usual counts are 0 to about 10; beyond 1000 the figure is a typo."""
 MAX_RATE = {
@@ -93,6 +93,14 @@ def positive_int(text: str) -> int:
     if value > MAX_SIZE:
         raise argparse.ArgumentTypeError(f"{text!r} is implausibly large (at most 2^40)")
     return value
+
+
+def path_arg(text: str) -> str:
+    """A file's path: any text but an empty one (``--output=`` is a slip, not "no file", and is
+    refused rather than read as the flag left out)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty path (name a file, or leave the flag out)")
+    return text
 
 
 def doubling_list(text: str, one: Callable[[str], int], what: str) -> list[int]:
@@ -148,10 +156,23 @@ def positive_quantity(text: str) -> float:
     return value
 
 
-def device_figure(flag: str, unit: str) -> Callable[[str], float]:
+_FLOOR: dict[str, Callable[[str, float, str], None]] = {
+    "FLOP/s": lambda what, v, example: check_rate(what, v, "FLOP/s", example),
+    "B/s": lambda what, v, example: check_rate(what, v, "B/s", example),
+    "B": lambda what, v, example: check_capacity(what, v),
+    "W": lambda what, v, example: check_power(what, v),
+}
+"""The device checks' lower end of each unit (:data:`attnroof.devices.checks.MIN_PLAUSIBLE_RATE`
+and the others, with their reasons): a figure typed in the wrong unit, or a subnormal that would
+turn a time into NaN, is refused by the flag as by a device file."""
+_EXAMPLE = {"FLOP/s": "989T", "B/s": "3.35T", "B": "80G", "W": "700"}
+
+
+def device_figure(flag: str, unit: str, example: str | None = None) -> Callable[[str], float]:
     """The type of ``--peak-flops`` (``unit`` FLOP/s), ``--bandwidth`` (B/s), ``--capacity`` (B),
-    ``--board-power`` (W):
-    a :func:`positive_quantity` no larger than :data:`MAX_RATE` allows for the unit."""
+    ``--board-power`` (W), the link bandwidths (B/s):
+    a :func:`positive_quantity` no larger than :data:`MAX_RATE` allows for the unit, and no smaller
+    than the device checks allow (``example``: the figure the error suggests)."""
     limit = MAX_RATE[unit]
 
     def parse(text: str) -> float:
@@ -160,6 +181,10 @@ def device_figure(flag: str, unit: str) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(
                 f"{text!r} is implausibly large for {flag} (at most {limit:.0e} {unit})".replace("e+", "e")
             )
+        try:
+            _FLOOR[unit](flag, value, example or _EXAMPLE[unit])
+        except DeviceFileError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
         return value
 
     parse.__name__ = flag.lstrip("-").replace("-", "_")  # argparse names the type in some messages

@@ -86,13 +86,13 @@ def add_link_args(g: Any) -> None:
     """The link overrides: a plan and a plan search take the same."""
     g.add_argument(
         "--link-bandwidth",
-        type=device_figure("--link-bandwidth", "B/s"),
+        type=device_figure("--link-bandwidth", "B/s", "450G"),
         metavar="B/s",
         help="override the scale-up link, one way per device (e.g. 450e9 or 450G)",
     )
     g.add_argument(
         "--scaleout-bandwidth",
-        type=device_figure("--scaleout-bandwidth", "B/s"),
+        type=device_figure("--scaleout-bandwidth", "B/s", "50G"),
         metavar="B/s",
         help="override the scale-out link, one way per device (e.g. 50e9)",
     )

@@ -18,6 +18,7 @@ from attnroof.commands._common import (
     emit_json,
     int_list,
     positive_int,
+    require,
     roof_from_args,
 )
 from attnroof.footprint import footprint
@@ -148,6 +149,12 @@ def _footprint_run(args: argparse.Namespace) -> int:
     from attnroof.devices import get_device
     from attnroof.dtypes import dtype
 
+    unused = [f for f, v in (("--peak-flops", args.peak_flops), ("--bandwidth", args.bandwidth),
+                             ("--board-power", args.board_power)) if v is not None]  # fmt: skip
+    require(
+        not unused,
+        f"footprint reads only the device's --capacity: {', '.join(unused)} would change nothing; leave it out",
+    )
     dt = dtype(args.dtype)
     dev = get_device(device_name(args)).with_overrides(dt, capacity_bytes=args.capacity)
     fp = footprint(
