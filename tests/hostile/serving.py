@@ -135,9 +135,16 @@ CASES = [
 
 CASES += [
     Case(
-        "--num-requests millions",
+        "--num-requests millions, more than the memory holds",
         (*S[:5], "--num-requests", "5000000"),
-        error=("--num-requests", "at most 1,000,000"),
+        # 5e6 × 1 KiB + 6.4e8 tokens × (32 + 160/256) B + 5e6 chunks × 560 B = 29 GB
+        error=(
+            "5,000,000 requests",
+            "would need about 29 GB of memory",
+            "8 GB is free",
+            "fewer --num-requests",
+        ),
+        env={"ATTNROOF_MEMORY_BUDGET": "8G"},
     ),
     Case(
         "--max-num-batched-tokens huge",

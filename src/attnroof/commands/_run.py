@@ -130,6 +130,10 @@ FLAG_OF_PARAM = {
     "heads": "--heads",
     "group": "--group",
     "weight_dtype": "--weight-dtype",
+    "warmup": "--warmup",
+    "rate": "--rate",
+    "burstiness": "--burstiness",
+    "seed": "--seed",
 }
 """The flag that sets each library parameter an error may name (see ``AttnroofError.param``)."""
 

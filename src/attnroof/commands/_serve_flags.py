@@ -9,6 +9,8 @@ import re
 from typing import Any
 
 from attnroof.commands._common import positive_int, positive_quantity
+from attnroof.serve.workload import BURSTINESS, RATE, SEED
+from attnroof.validate import Range
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$", re.IGNORECASE)
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, None: 1.0}
@@ -46,14 +48,35 @@ def at_most(most: int, what: str) -> Any:
     return parse
 
 
+def in_range(r: Range, text: str, value: float) -> float:
+    """``value`` (read from ``text``) if ``r`` holds it, else the range's one-line reason."""
+    bad = r.problem(value)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} {bad}")
+    return value
+
+
 def rate_arg(text: str) -> float:
-    """Requests per second, or ``inf`` (every request at once)."""
+    """Requests per second (:data:`attnroof.serve.workload.RATE`), or ``inf`` (every request at once)."""
     if text.strip().lower() in ("inf", "infinity"):
         return math.inf
-    value = positive_quantity(text)
-    if value > 1e9:
-        raise argparse.ArgumentTypeError(f"{text!r} is implausibly many requests a second (at most 1e9)")
-    return value
+    return in_range(RATE, text, positive_quantity(text))
+
+
+def burstiness_arg(text: str) -> float:
+    """The gamma shape of the gaps between arrivals (:data:`attnroof.serve.workload.BURSTINESS`)."""
+    return in_range(BURSTINESS, text, positive_quantity(text))
+
+
+def seed_arg(text: str) -> int:
+    """A seed: a whole number from 0 to 2⁶⁴ − 1 (:data:`attnroof.serve.workload.SEED`)."""
+    try:
+        value = int(text.strip()) if len(text) <= 40 else None
+    except ValueError:
+        value = None
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (a seed such as 0 or 42)")
+    return int(in_range(SEED, text, value))
 
 
 def share_in(interval: str) -> Any:

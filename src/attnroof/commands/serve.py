@@ -13,8 +13,8 @@ from attnroof.commands._common import (
     add_force_arg,
     add_json_arg,
     emit_json,
+    path_arg,
     positive_int,
-    positive_quantity,
     require,
     roof_from_args,
 )
@@ -22,11 +22,13 @@ from attnroof.commands._parallel import add_link_args, links_of
 from attnroof.commands._serve_flags import (
     acceptance_arg,
     at_most,
+    burstiness_arg,
     duration_arg,
     nonnegative_duration,
     price_arg,
     rate_arg,
     ratio_arg,
+    seed_arg,
     share_arg,
 )
 from attnroof.errors import InputError
@@ -38,11 +40,14 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     load = p.add_argument_group("traffic")
     load.add_argument(
-        "--rate", type=rate_arg, metavar="R", help="requests a second, or inf (default inf: all at once)"
+        "--rate",
+        type=rate_arg,
+        metavar="R",
+        help="requests a second, 0.001 to 1e9, or inf (default inf: all at once)",
     )
     load.add_argument(
-        "--burstiness", type=positive_quantity, default=1.0, metavar="B",
-        help="gamma shape of the gaps between arrivals: 1 Poisson (default), <1 burstier, >1 steadier",
+        "--burstiness", type=burstiness_arg, default=1.0, metavar="B",
+        help="gamma shape of the gaps between arrivals, 0.01 to 1e4: 1 Poisson (default), <1 burstier, >1 steadier",
     )  # fmt: skip
     load.add_argument(
         "--concurrency",
@@ -57,20 +62,22 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="lengths uniform within ±X of --input-len/--output-len (default 0: fixed)",
     )  # fmt: skip
     load.add_argument(
-        "--requests-file", metavar="FILE.jsonl",
+        "--requests-file", type=path_arg, metavar="FILE.jsonl",
         help="requests, one JSON object a line: input_tokens, output_tokens and (optionally) arrival_s",
     )  # fmt: skip
     load.add_argument(
         "--num-requests",
-        type=at_most(1_000_000, "requests"),
+        type=positive_int,
         default=1000,
         metavar="N",
-        help="requests (default 1000)",
+        help="requests (default 1000; as many as the memory holds, said before a run that would not fit)",
     )
     load.add_argument(
         "--warmup", type=int, default=0, metavar="N", help="first N requests run but not counted (default 0)"
     )
-    load.add_argument("--seed", type=int, default=0, help="seed for arrivals and lengths (default 0)")
+    load.add_argument(
+        "--seed", type=seed_arg, default=0, help="seed for arrivals and lengths, 0 to 2^64-1 (default 0)"
+    )
     eng = p.add_argument_group("engine (vLLM's scheduler)")
     eng.add_argument(
         "--max-num-seqs",
@@ -148,7 +155,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
     add_link_args(plan)
     spec = p.add_argument_group("speculative decoding (a closed form, Leviathan et al. 2023)")
     spec.add_argument(
-        "--draft-model", metavar="NAME|config.json", help="the draft model (with --spec-tokens, --acceptance)"
+        "--draft-model",
+        type=path_arg,
+        metavar="NAME|config.json",
+        help="the draft model (with --spec-tokens, --acceptance)",
     )
     spec.add_argument(
         "--spec-tokens", type=positive_int, metavar="K", help="tokens the draft proposes a round"
@@ -175,7 +185,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "--price-per-device-hour", type=price_arg, metavar="USD", help="cost per million tokens at this price"
     )
     p.add_argument(
-        "--chart", metavar="FILE.png",
+        "--chart", type=path_arg, metavar="FILE.png",
         help="latency against rate (p50 and the percentile, TTFT and TPOT) over the rates --max-rate tried, "
         "or 8 rates up to the all-at-once capacity (needs attnroof[plot])",
     )  # fmt: skip

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.errors import InputError
@@ -125,7 +125,9 @@ class Trial:
 
     rate: float
     summary: Summary
-    run: Run
+    run: Run | None
+    """The simulation, kept for the best rate only (its cost and energy are read from it): a run
+    of every rate tried would hold 40 of them at once."""
     slo_met: bool
     latency: dict[str, float]
     """The percentile of each SLO'd metric."""
@@ -221,7 +223,11 @@ def max_rate(
     def check(rate: float) -> Trial:
         s, r = run_at(rate, n)
         ok, values = meets(s, slo, percentile)
-        t = Trial(rate, s, r, ok, values, steadiness(r, warmup))
+        steady = steadiness(r, warmup)
+        t = Trial(rate, s, r if ok and steady.steady else None, ok, values, steady)
+        for i, old in enumerate(tried):  # a rate that holds is the best yet: the earlier best's run goes
+            if t.met and old.run is not None:
+                tried[i] = replace(old, run=None)
         tried.append(t)
         return t
 

@@ -18,9 +18,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof.errors import InputError, parse_json
-from attnroof.validate import positive, size
+from attnroof.validate import Range, size
 
 FIELDS = ("input_tokens", "output_tokens", "arrival_s")
+
+RATE = Range(
+    1e-3, 1e9, "requests a second",
+    "slower than one request in some 17 minutes, each request runs alone, and over the run's span "
+    "a float's seconds lose the milliseconds",
+    "implausibly many: no deployment's traffic comes a billion a second (inf sends every request at once)",
+)  # fmt: skip
+"""Arrivals a second (∞, every request at once, is taken beside it)."""
+BURSTINESS = Range(
+    1e-2, 1e4, "",
+    "a gamma shape that small draws most gaps between arrivals as exactly 0 s, a float's "
+    "underflow rather than a burst",
+    "a gamma shape that large draws every gap within 1% of 1/rate: as steady as arrivals get",
+)  # fmt: skip
+"""The gamma shape of the gaps: 1 Poisson, below 1 burstier (a gap's coefficient of variation is
+1/√shape: 10 at the low end, 0.01 at the high)."""
+SEED = Range(
+    0, 2**64 - 1, "", "a seed is a whole number from 0 (numpy's generators take no negative one)",
+    "a seed is a 64-bit number, as numpy's generators take it",
+)  # fmt: skip
+MAX_REQUEST_TOKENS = 2**31 - 1
+"""The most tokens one request of a file may have: the largest length any config may state
+(:data:`attnroof.model.fields.MAX_CONFIG_INT`, not imported: this module is the flags'), so no
+model holds a longer one."""
 
 
 @dataclass(frozen=True)
@@ -97,9 +121,7 @@ def synthetic(
     size("num_requests", n)
     size("input_len", input_tokens)
     size("output_len", output_tokens)
-    if not math.isinf(rate):
-        positive("rate", rate)
-    positive("burstiness", burstiness)
+    _check_draw(rate, burstiness, seed)
     if not 0 <= range_ratio < 1:
         raise InputError(f"range ratio {range_ratio} is not in [0, 1)", param="range_ratio")
     rng = np.random.default_rng(seed)
@@ -127,6 +149,7 @@ def from_jsonl(
     (a longer run of the same mix; not with arrival times)."""
     import numpy as np
 
+    _check_draw(math.inf if rate is None else rate, burstiness, seed)
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -165,6 +188,14 @@ def from_jsonl(
     return Workload(at, ins, outs, concurrency, r, burstiness)
 
 
+def _check_draw(rate: float, burstiness: float, seed: int) -> None:
+    """The rate (or ∞), the burstiness and the seed inside their ranges."""
+    if not (math.isinf(rate) and rate > 0):
+        RATE.check("rate", rate)
+    BURSTINESS.check("burstiness", burstiness)
+    SEED.check("seed", seed)
+
+
 MAX_ARRIVAL_S = 1e12
 """The latest arrival a file may give (some 30,000 years): past it a time is a typo."""
 
@@ -189,6 +220,10 @@ def _request(row: dict[str, Any], where: str) -> dict[str, Any]:
         value = row.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{where}: {key} = {json.dumps(value)} is not a positive whole number")
+        if value > MAX_REQUEST_TOKENS:
+            raise InputError(
+                f"{where}: {key} = {value} is more tokens than any model holds (at most {MAX_REQUEST_TOKENS:,})"
+            )
         out[key] = value
     if "arrival_s" in row:
         value = row["arrival_s"]
