@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from attnroof.commands._common import path_arg
 from attnroof.devices import Device
 from attnroof.dtypes import DType
 
@@ -15,6 +16,7 @@ def add_calibration_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("forecast")
     g.add_argument(
         "--calibration",
+        type=path_arg,
         metavar="FILE",
         help="a calibration (attnroof calibrate -o): forecast beside the bound",
     )

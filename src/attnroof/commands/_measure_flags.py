@@ -12,6 +12,7 @@ from attnroof.commands._common import (
     add_head_dim_arg,
     add_json_arg,
     doubling_list,
+    path_arg,
     positive_int,
 )
 
@@ -30,6 +31,7 @@ def _common(p: argparse.ArgumentParser, *, ceilings: bool = True) -> None:
     if ceilings:
         g.add_argument(
             "--ceilings",
+            type=path_arg,
             metavar="FILE.json",
             help="ceilings saved by 'attnroof measure ceilings -o FILE.json' (default: measure them now)",
         )
@@ -44,6 +46,7 @@ def _append_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
+        type=path_arg,
         metavar="FILE.jsonl",
         help="also append each measurement to this JSON-lines file as soon as it is made",
     )
@@ -66,7 +69,11 @@ def _heads(p: argparse.ArgumentParser, *, group: bool) -> None:
 def ceilings_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="fewer, smaller matmul sizes")
     p.add_argument(
-        "-o", "--output", metavar="FILE.json", help="write the ceilings here (usable as --device FILE.json)"
+        "-o",
+        "--output",
+        type=path_arg,
+        metavar="FILE.json",
+        help="write the ceilings here (usable as --device FILE.json)",
     )
     add_force_arg(p)
     _common(p, ceilings=False)
@@ -113,6 +120,7 @@ def suite_setup(p: argparse.ArgumentParser) -> None:
         "-o",
         "--output",
         default=DEFAULT_RESULTS,
+        type=path_arg,
         metavar="FILE.jsonl",
         help=f"JSON-lines results, one measurement a line (default {DEFAULT_RESULTS})",
     )
@@ -247,6 +255,7 @@ def collectives_setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
+        type=path_arg,
         metavar="FILE.jsonl",
         help="JSON-lines results, one measurement a line, written as each is made",
     )

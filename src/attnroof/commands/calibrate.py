@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnroof.commands._common import Command, add_force_arg, add_json_arg, emit_json
+from attnroof.commands._common import Command, add_force_arg, add_json_arg, emit_json, path_arg
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("results", nargs="+", metavar="RESULTS.jsonl", help="results files (attnroof measure -o)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write the calibration (JSON) here")
+    p.add_argument(
+        "results",
+        nargs="+",
+        type=path_arg,
+        metavar="RESULTS.jsonl",
+        help="results files (attnroof measure -o)",
+    )
+    p.add_argument("-o", "--output", type=path_arg, metavar="FILE", help="write the calibration (JSON) here")
     p.add_argument(
         "--device",
         default=None,
