@@ -16,6 +16,9 @@ from attnroof.commands._common import (
     resolve_heads,
     roof_from_args,
 )
+from attnroof.errors import InputError
+from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
+from attnroof.passes import FWD
 from attnroof.sheet import SHAPE_DEFAULTS
 
 SHEET_HEADS = SHAPE_DEFAULTS["heads"]
@@ -62,19 +65,22 @@ def add_sheet_args(p: argparse.ArgumentParser) -> None:
 
 
 def sheet_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The keywords of :func:`attnroof.sheet.build_sheet` from ``add_sheet_args``' flags."""
+    """The keywords of :func:`attnroof.sheet.build_sheet` from ``add_sheet_args``' flags (a flag
+    left out, None where the sheet's parser tells given from not: :data:`SHAPE_DEFAULTS`)."""
     if args.group is not None:
         resolve_heads(args, default=SHEET_HEADS)
     elif args.heads is None:
         args.heads = SHEET_HEADS
     return {
         "s": args.s,
-        "d": args.d,
-        "batch": args.batch,
+        "d": SHAPE_DEFAULTS["d"] if args.d is None else args.d,
+        "batch": SHAPE_DEFAULTS["batch"] if args.batch is None else args.batch,
         "heads": args.heads,
-        "layers": args.layers,
+        "layers": SHAPE_DEFAULTS["layers"] if args.layers is None else args.layers,
         "group": args.group,
-        "softmax_flops_per_element": args.softmax_flops,
+        "softmax_flops_per_element": SOFTMAX_FLOPS_PER_ELEMENT
+        if args.softmax_flops is None
+        else args.softmax_flops,
     }
 
 
@@ -99,25 +105,49 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cache-factor",
         type=float,
-        default=2.0,
+        default=None,
         metavar="F",
         help="part H: the context from which a hybrid's cache is F times smaller than its all-attention twin's (default 2)",
     )
     add_device_args(p)
     add_json_arg(p)
+    # None: left out (the defaults are filled in where used), so a flag one part ignores is told
+    p.set_defaults(**dict.fromkeys(SHEET_ONLY, None))
+
+
+SHEET_ONLY = {
+    "d": "-d/--head-dim", "batch": "--batch", "heads": "--heads", "layers": "--layers", "group": "--group",
+    "softmax_flops": "--softmax-flops", "pass_": "--pass",
+}  # fmt: skip
+"""The sheet's shape flags: part H (``--variant``) reads none of them (each variant has its own
+head dimension and counts; only ``-s``, the device and ``--dtype`` reach it)."""
+CACHE_FACTOR = 2.0
+
+
+def _refuse_unread(args: argparse.Namespace) -> None:
+    """A flag the chosen part does not read is refused, not dropped."""
+    if args.variant is not None:
+        given = [flag for dest, flag in SHEET_ONLY.items() if getattr(args, dest) is not None]
+        if given:
+            raise InputError(
+                f"--variant (part H) does not read {', '.join(given)}: each variant has its own shape; "
+                "leave them out (-s, the device and --dtype apply)"
+            )
+    elif args.cache_factor is not None:
+        raise InputError("--cache-factor is part H's: give it with --variant")
 
 
 def _beyond(args: argparse.Namespace) -> int:
     from attnroof.beyond import MAKERS, analyse_variant, compare_cache
-    from attnroof.errors import InputError
     from attnroof.text.beyond import beyond_markdown
 
-    if not (1 < args.cache_factor < float("inf")):
-        raise InputError(f"--cache-factor {args.cache_factor:g}: a factor above 1", param="--cache-factor")
+    factor = CACHE_FACTOR if args.cache_factor is None else args.cache_factor
+    if not (1 < factor < float("inf")):
+        raise InputError(f"--cache-factor {factor:g}: a factor above 1", param="--cache-factor")
     dev, _, roof = roof_from_args(args)
     names = list(MAKERS) if args.variant == "all" else [args.variant]
     variants = [analyse_variant(n, roof, args.s) for n in names]
-    caches = [c for m in HYBRID_MODELS if (c := compare_cache(m, args.cache_factor)) is not None]
+    caches = [c for m in HYBRID_MODELS if (c := compare_cache(m, factor)) is not None]
     if args.json:
         emit_json({"device": dev.to_json(), "ridge": roof.ridge, "variants": [v.to_json() for v in variants],
                    "hybrid_caches": [c.to_json() for c in caches]})  # fmt: skip
@@ -130,11 +160,13 @@ def _run(args: argparse.Namespace) -> int:
     from attnroof.sheet import build_sheet
     from attnroof.text.sheet import render_sheet
 
+    _refuse_unread(args)
     if args.variant is not None:
         return _beyond(args)
     dev, dt, _ = roof_from_args(args)
     sh = build_sheet(dev, dt, **sheet_kwargs(args))
-    if args.pass_ != "fwd":
+    args.pass_ = args.pass_ or FWD
+    if args.pass_ != FWD:
         return _with_backward(args, sh)
     if args.json:
         emit_json(sh.to_json())
