@@ -153,7 +153,9 @@ _ALIASES = {
     "w8a8": "int8",
     "fp8-per-tensor": "fp8",
 }
-_GROUPED = re.compile(r"(int4|int8|awq|gptq)-?g(\d+)")
+_GROUPED = re.compile(r"(int4|int8|awq|gptq)-?g([0-9]{1,12})")
+"""``int4-g128`` and its kind: a group of at most 12 digits (the largest allowed, 2²⁰, has 7; a
+longer one is named as unknown, never handed to ``int()``, which refuses 4,300 digits)."""
 
 
 def _key(name: str) -> str:

@@ -77,6 +77,10 @@ twelfth the size of a training one: no ZeRO stage, recomputation or ZB-H1)."""
 MAX_DEVICES = 1 << 20
 """The most devices a search takes: the largest clusters announced hold some 10⁵ GPUs."""
 
+WHERE_DIGITS = 18
+"""The most digits a number in ``--where`` may have: every field of a plan is a count below
+:data:`MAX_DEVICES` (or a micro-batch count of the same order), so 18 digits (an int64) hold any
+comparison that means something; a 5,000-digit one is beyond what ``int()`` converts."""
 NOT_HEADS = "TP does not divide the heads (or the KV heads)"
 NOT_LAYERS = "PP exceeds the layers"
 NOT_BATCH = "DP does not divide the batch"
@@ -371,6 +375,11 @@ def parse_where(text: str) -> Where:
     if words is None:
         if not raw.isdigit():
             raise InputError(f"--where {text!r}: {name} is compared with a whole number")
+        if len(raw) > WHERE_DIGITS:
+            raise InputError(
+                f"--where {text!r}: a number of {len(raw):,} digits; {name} is compared with at most "
+                f"{WHERE_DIGITS} (a search takes at most {MAX_DEVICES:,} devices)"
+            )
         value = int(raw)
     elif raw not in words or op not in ("=", "==", "!="):
         raise InputError(f"--where {text!r}: {name} is = or != one of {', '.join(words)}")
