@@ -234,10 +234,18 @@ def _check_grid(args: argparse.Namespace) -> None:
 
 
 def _grid(job: _Job) -> int:
-    from attnroof.model.grid import grid, grid_json
+    from attnroof.limits import require_memory
+    from attnroof.model.grid import grid, grid_bytes, grid_json
 
     a = job.args
     batches = a.sweep_batch or [a.batch]
+    points = len(batches) * len(a.sweep_context)
+    need = grid_bytes(job.model, a.phase, points, job.prec, json=a.json, **job.options)
+    require_memory(
+        f"a grid of {len(batches):,} batches × {len(a.sweep_context):,} contexts ({points:,} points)",
+        need,
+        "fewer --sweep-batch or --sweep-context values",
+    )
     g = grid(
         job.model, a.phase, batches, a.sweep_context, job.roof, job.prec,
         capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,

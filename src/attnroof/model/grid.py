@@ -102,6 +102,31 @@ def grid(
     )
 
 
+GRID_BYTES_PER_POINT = {"text": 400, "json": 1600}
+"""A grid point's memory beyond its operators' arrays: the running sums (FLOPs, bytes, time,
+memory-bound and attention time), each kernel's placement while it is summed, and the answer's
+own arrays: some 40 float64 values for a table; for ``--json`` each figure again as a Python
+float in a list, and its text (measured: 290 and 1,550 bytes a point, Llama-3.1-8B decode)."""
+GRID_BYTES_PER_STAGE_POINT = 40
+"""Each stage's FLOPs and bytes at every point, held for the whole pass over the layer table
+(two float64 values, and their product by the layer count; measured: ~30 bytes a stage a point,
+DeepSeek-V3.2 prefill, 34 stages)."""
+
+
+def grid_bytes(model: ModelConfig, phase: str, points: int, prec: Precision | None = None, *,
+               json: bool = False, **options: Any) -> float:  # fmt: skip
+    """The most memory a grid of ``points`` batch × context points takes (its peak, within 3× of
+    the measured RSS for every built-in model): :data:`GRID_BYTES_PER_POINT` and
+    :data:`GRID_BYTES_PER_STAGE_POINT` for each stage of the model's layer table.
+
+    >>> from attnroof.model.config import builtin
+    >>> grid_bytes(builtin("llama-3.1-8b"), "decode", 1_000_000)       # 14 stages: 400 + 14 × 40 B a point
+    960000000
+    """
+    stages = sum(len(op.cost.stages) for op in model_ops(model, phase, 1, 1, prec or Precision(), **options))
+    return points * (GRID_BYTES_PER_POINT["json" if json else "text"] + GRID_BYTES_PER_STAGE_POINT * stages)
+
+
 def first_true_batch(g: Grid, mask: Any) -> list[int | None]:
     """Per context (column), the first batch of the grid where ``mask`` holds (None: none does)."""
     import numpy as np
