@@ -18,7 +18,7 @@ def tried_line(found: Search) -> str:
 
     >>> from collections import Counter
     >>> from attnroof.model.search import NOT_FIT
-    >>> found = Search(tried=10, rejected=Counter({NOT_FIT: 6, "PP exceeds the layers": 2}))
+    >>> found = Search(tried=10, rejected=Counter([NOT_FIT] * 6 + ["PP exceeds the layers"] * 2))
     >>> print(tried_line(found))
     12 plans considered, 10 tried, 0 fit, 0 on the Pareto front
     refused before they were tried: 2 PP exceeds the layers
