@@ -371,7 +371,7 @@ def test_cli_plot_bad_input_is_one_line(cli, tmp_path, args, needle):
         ('{"kind": "attention"\n', ":1: not valid JSON"),
         ('\n{"kind": "attention", "impl": "x"}\n', ":2: missing key"),
         (json.dumps({**MEASURED[0], "time_s": "fast"}), "time_s = 'fast'"),
-        (json.dumps({**MEASURED[0], "dtype": "fp9"}), None),  # an unknown dtype: drawn, with no model point
+        (json.dumps({**MEASURED[0], "dtype": "fp9"}), "dtype = 'fp9' is not a dtype attnroof knows"),
     ],
 )
 def test_cli_plot_bad_measured_file(cli, tmp_path, content, needle):

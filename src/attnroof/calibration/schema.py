@@ -9,7 +9,8 @@ path in the document) and the value::
 The ranges of the fitted parameters are the fit's own bounds (:data:`attnroof.calibration.fit.BOUNDS`,
 a parameter held rather than fitted sits at a value inside them: an efficiency of 1.0, ``t0``
 of 0), the causal block one of :data:`attnroof.calibration.physics.CAUSAL_BLOCKS`, and the
-roofs the device checks' plausible ranges (:mod:`attnroof.devices.checks`). A misspelt field is
+roofs the device checks' plausible ranges (:mod:`attnroof.devices.checks`), a time the results
+files' (:data:`attnroof.measure.schema.MIN_TIME_S`). A misspelt field is
 named as unknown rather than ignored (``split_KV`` would otherwise read as no split).
 """
 
@@ -23,9 +24,15 @@ from typing import Any
 
 from attnroof.calibration.fit import BOUNDS
 from attnroof.calibration.physics import CAUSAL_BLOCKS, KINDS, OPERATOR_CLASS
-from attnroof.devices.checks import MAX_PLAUSIBLE_BANDWIDTH, MAX_PLAUSIBLE_CAPACITY, MAX_PLAUSIBLE_FLOPS
+from attnroof.devices.checks import (
+    MAX_PLAUSIBLE_BANDWIDTH,
+    MAX_PLAUSIBLE_CAPACITY,
+    MAX_PLAUSIBLE_FLOPS,
+    MIN_PLAUSIBLE_RATE,
+)
 from attnroof.dtypes import DTYPES
 from attnroof.errors import InputError
+from attnroof.measure.schema import MIN_TIME_S
 
 FORMAT = "attnroof-calibration/1"
 
@@ -233,7 +240,9 @@ def shape(v: Any, where: str) -> None:
         raise Bad(where, v, "a non-empty object (the shape's sizes, as in the results file)")
 
 
-SECONDS = number(0, math.inf, above_lo=True)
+SECONDS = number(MIN_TIME_S, math.inf)
+"""A kernel's time, measured or forecast: at least the results files' :data:`MIN_TIME_S` (the
+same figure read the same way in both files)."""
 HELD = {
     "shape": Field(shape, "the shape left out"),
     "time_s": Field(SECONDS, "its measured time, s"),
@@ -263,10 +272,10 @@ SKIPPED = {
 }
 ROOFS = {
     "peak_flops_per_s": Field(
-        number(0, MAX_PLAUSIBLE_FLOPS, above_lo=True), "the measured matmul peak, FLOP/s"
+        number(MIN_PLAUSIBLE_RATE, MAX_PLAUSIBLE_FLOPS), "the measured matmul peak, FLOP/s"
     ),
     "bandwidth_bytes_per_s": Field(
-        number(0, MAX_PLAUSIBLE_BANDWIDTH, above_lo=True), "the measured copy bandwidth, bytes/s"
+        number(MIN_PLAUSIBLE_RATE, MAX_PLAUSIBLE_BANDWIDTH), "the measured copy bandwidth, bytes/s"
     ),
     "sms": Field(or_null(integer(1, MAX_SMS)), "the device's streaming multiprocessors"),
     "l2_bytes": Field(

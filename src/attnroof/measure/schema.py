@@ -7,14 +7,14 @@ record is checked before any work starts, and the first bad one is refused with 
 names the file, the line and what is wrong (``r.jsonl:12: time_s = NaN ...``):
 
 - strict JSON (no ``NaN``/``Infinity``, every number finite), one object per line;
-- ``kind`` one of :data:`KINDS`, ``status`` one of :data:`STATUSES`, ``impl`` and ``dtype``
-  non-empty strings;
+- ``kind`` one of :data:`KINDS`, ``status`` one of :data:`STATUSES`, ``impl`` a non-empty
+  string, ``dtype`` a dtype attnroof knows;
 - ``shape`` an object with exactly the keys the kind has (:data:`SHAPES`): sizes positive
-  integers, ``causal`` true or false, ``heads`` a multiple of ``group``, a collective's ``op``
+  integers up to 2⁴⁰, ``causal`` true or false, ``heads`` a multiple of ``group``, a collective's ``op``
   one of :data:`COLLECTIVE_OPS` and its ``world`` at least 2;
-- a measurement whose status is ``ok`` has a finite, positive ``time_s`` and finite
-  ``flops`` and ``bytes``; every figure present is finite and not negative (``time_s``
-  positive), or null.
+- a measurement whose status is ``ok`` has a finite ``time_s`` of at least :data:`MIN_TIME_S`
+  and finite ``flops`` and ``bytes``, whose rates over the time no device exceeds
+  (:data:`MAX_RATE`); every figure present is finite and not negative, or null.
 
 Blank lines are skipped. The last line, when the file does not end with a newline and the line
 is not complete JSON, is the record an interrupted run was writing: it is ignored (and
@@ -36,7 +36,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from attnroof.devices.checks import MAX_PLAUSIBLE_BANDWIDTH, MAX_PLAUSIBLE_FLOPS
+from attnroof.dtypes import DTYPES, dtype
 from attnroof.errors import InputError
+from attnroof.validate import MAX_SIZE
 
 OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
 STATUSES = (OK, SKIP, WRONG, ERROR)
@@ -78,6 +81,15 @@ TEXTS = ("device", "reason", "timestamp", "timing", "skipped", "ncu_cache_contro
 MODELS = ("fused", "unfused", "unfused, mask pass")
 """The cost a point is placed against; the third is causal eager attention (every score, then a
 mask pass), as the GPU runs of the reference data wrote it."""
+
+
+MIN_TIME_S = 1e-9
+"""The shortest time a record may give, s: a nanosecond. No kernel runs in less (a CUDA launch
+costs microseconds, a CPU call some 100 ns) and no timer resolves it (CUDA events: 0.5 µs); a
+time below it is a typo or a subnormal (5e-324), whose FLOP/s would be infinite."""
+MAX_RATE = {"flops": (MAX_PLAUSIBLE_FLOPS, "FLOP/s"), "bytes": (MAX_PLAUSIBLE_BANDWIDTH, "B/s")}
+"""The most a record's counts over its time may reach: the device checks' plausible peaks of one
+device (:mod:`attnroof.devices.checks`), so a point no chart could place is refused as read."""
 
 
 def _fail(where: str, message: str) -> InputError:
@@ -126,6 +138,14 @@ def _check_derived(rec: Mapping[str, Any], where: str) -> None:
             )
 
 
+def _known_dtype(name: str) -> bool:
+    try:
+        dtype(name)
+    except InputError:
+        return False
+    return True
+
+
 def validate_record(rec: Any, where: str, *, keyed: bool = False) -> dict[str, Any]:
     """``rec`` if it is a measurement attnroof can use, else :class:`InputError` with one line
     that starts with ``where`` (``FILE:LINE``) and names the field and the value. ``keyed``: the
@@ -158,9 +178,24 @@ def validate_record(rec: Any, where: str, *, keyed: bool = False) -> dict[str, A
         value = rec.get(field)
         if value is not None and (not _number(value) or value < 0):
             raise _fail(where, f"{field} = {_show(value)} must be a finite number ≥ 0, or null")
+    if not _known_dtype(rec["dtype"]):
+        raise _fail(
+            where, f"dtype = {_show(rec['dtype'])} is not a dtype attnroof knows ({', '.join(DTYPES)})"
+        )
     time_s = rec.get("time_s")
-    if time_s is not None and (not _number(time_s) or time_s <= 0):
-        raise _fail(where, f"time_s = {_show(time_s)} must be a finite number of seconds > 0, or null")
+    if time_s is not None and (not _number(time_s) or time_s < MIN_TIME_S):
+        raise _fail(
+            where,
+            f"time_s = {_show(time_s)} must be a finite number of seconds of at least {MIN_TIME_S:g}, or null",
+        )
+    for count, (most, unit) in MAX_RATE.items():
+        value = rec.get(count)
+        if time_s is not None and _number(value) and value / time_s > most:
+            raise _fail(
+                where,
+                f"{count} / time_s = {value / time_s:.3g} {unit} is more than one device runs (at most "
+                f"{most:.0e} {unit}): a count or a time is wrong".replace("e+", "e"),
+            )
     if status == OK:
         for field in ("time_s", "flops", "bytes"):
             if rec.get(field) is None:
@@ -192,6 +227,8 @@ def _check_shape(shape: Any, keys: tuple[str, ...], where: str) -> None:
                 raise _fail(where, f"shape.{k} = {_show(v)} must be one of {', '.join(TEXT_SHAPE_KEYS[k])}")
         elif isinstance(v, bool) or not isinstance(v, int) or v <= 0:
             raise _fail(where, f"shape.{k} = {_show(v)} must be a positive integer")
+        elif v > MAX_SIZE:
+            raise _fail(where, f"shape.{k} = {_show(v)} is larger than any model's size (at most 2^40)")
     for k in keys:
         if k not in shape:
             raise _fail(where, f"shape has no {k!r} (its keys: {', '.join(keys)})")
