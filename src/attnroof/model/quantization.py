@@ -24,13 +24,15 @@ per layer: a pattern naming one layer by number is read as that module in every 
 
 A ``quant_method`` attnroof does not read (``compressed-tensors``, ``torchao``, ``hqq``, ...:
 real checkpoints use dozens of names, each with its own fields) is accepted: its weights are
-counted at ``--weight-dtype`` (default ``--dtype``) and a note says so. Fields of a method it
+counted at ``--weight-dtype`` (default ``--dtype``) and a note says so. A name that is no
+quantizer's (:data:`KNOWN_METHODS`: ``banana``) is refused. Fields of a method it
 reads that cannot be right (AWQ at 3 bits, a group of 0, a block of [128]) are refused in one
 line naming the field.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -118,10 +120,35 @@ def read_quantization(cfg: Mapping[str, Any], where: str) -> Quantization | None
     skip = q.get("modules_to_not_convert")
     if skip is not None and (not isinstance(skip, list) or not all(isinstance(s, str) for s in skip)):
         raise ModelConfigError(f"{here}.modules_to_not_convert = {show(skip)} is not a list of names")
-    reader = _READERS.get(method.strip().lower())
+    if _method_key(method) not in {_method_key(m) for m in KNOWN_METHODS}:
+        close = difflib.get_close_matches(method.strip().lower(), KNOWN_METHODS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ModelConfigError(
+            f"{here}.quant_method = {show(method)} is no quantizer's name{hint} (known: {', '.join(KNOWN_METHODS)})"
+        )
+    reader = next((r for name, r in _READERS.items() if _method_key(name) == _method_key(method)), None)
     fmt = None if reader is None else reader(q, where)
     lm_head = _bool(q, "lm_head", where, False) if method == "gptq" else False
     return Quantization(method, fmt, tuple(skip or ()), lm_head)
+
+
+KNOWN_METHODS = (
+    "bitsandbytes", "gptq", "awq", "aqlm", "vptq", "quanto", "eetq", "higgs", "hqq", "compressed-tensors",
+    "fbgemm_fp8", "torchao", "gguf", "bitnet", "spqr", "fp8", "quark", "fp_quant", "auto-round", "mxfp4",
+    "nvfp4", "mxfp8", "metal", "fouroversix", "sinq", "gemma",
+    "modelopt", "modelopt_fp4", "marlin", "gptq_marlin", "gptq_marlin_24", "awq_marlin", "bitblas",
+    "gptq_bitblas", "deepspeedfp", "tpu_int8", "ptpc_fp8", "experts_int8", "moe_wna16", "qqq", "ipex",
+    "inc", "rtn", "petit_nvfp4", "neuron_quant",
+)  # fmt: skip
+"""The ``quant_method`` names real checkpoints carry: transformers' ``QuantizationMethod``
+(5.25, ``utils/quantization_config.py``) and the further ones vLLM reads (0.11,
+``model_executor/layers/quantization/__init__.py``: ModelOpt's, the Marlin and BitBLAS kernels').
+Those without a reader here are counted at ``--weight-dtype`` with a note; any other name is no
+quantizer's and is refused, rather than read as unquantized."""
+
+
+def _method_key(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
 
 
 def _int(q: Mapping[str, Any], key: str, where: str, default: Any = ...) -> Any:
