@@ -22,13 +22,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from attnroof.explore.worker import MEMORY_STATUS
+from attnroof.explore.worker import MEMORY_STATUS, READY
 
 TICK_S = 0.1
 """How often a waiting job looks at its clock, its memory and its client."""
 MEMORY_CHECK_S = 0.2
 """How often the memory a job's processes hold is read (``/proc``, Linux)."""
 READ_CHUNK = 1 << 20
+WARM_S = 120.0
+"""How long a fresh worker may take to import and warm up before its first job (about 1 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +66,46 @@ def _tree_memory(pid: int) -> int | None:
     return total
 
 
+def _header(buf: bytearray) -> tuple[int, int, int, int] | None:
+    """(status, output bytes, error bytes, where the output starts) of an answer in ``buf``, or
+    None while its header line is incomplete or malformed."""
+    end = buf.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        status, n_out, n_err = (int(x) for x in bytes(buf[:end]).split())
+    except ValueError:
+        return None
+    return status, n_out, n_err, end + 1
+
+
+def _answered(buf: bytearray) -> bool:
+    """Whether ``buf`` holds a whole answer (or a header line that makes no sense: no use waiting)."""
+    if buf.find(b"\n") < 0:
+        return False
+    header = _header(buf)
+    return header is None or len(buf) >= header[3] + header[1] + header[2]
+
+
 class Worker:
     """One worker process and its pipes."""
 
     def __init__(self, target: str, memory_bytes: int, warm: Sequence[Sequence[str]]) -> None:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }  # what the server imports
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "attnroof.explore.worker", target, str(memory_bytes), json.dumps(warm)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            env=env,
             start_new_session=True,  # its own group: Ctrl-C is the server's to handle, and a kill takes
             # the processes a plan search forked with it
         )
+        self.ready = False  # it has said READY (warmed up, its memory limited)
+        self.buf = bytearray()
 
     def send(self, words: Sequence[str]) -> bool:
         assert self.proc.stdin is not None
@@ -100,8 +130,8 @@ class Worker:
 
 class Pool:
     """At most ``size`` jobs at once, each in a worker process: ``time_limit_s`` a job,
-    ``memory_bytes`` held by its processes (a worker alone holds about 80 MB), ``queue_wait_s``
-    waiting for a worker. Workers are started ahead (``eager``) or when first needed, and reused."""
+    ``memory_bytes`` added by its processes to what the idle worker holds (about 80 MB),
+    ``queue_wait_s`` waiting for a worker. Workers are started ahead (``eager``) or when first needed, and reused."""
 
     def __init__(
         self,
@@ -170,61 +200,76 @@ class Pool:
             self._slots.release()
 
     def _run(self, worker: Worker, words: Sequence[str], gone: Callable[[], bool]) -> Outcome:
+        if not worker.ready:  # a fresh worker first warms up (imports: a second), on its own clock
+            ended = self._read(worker, lambda buf: READY in buf, time.monotonic(), None, gone, WARM_S)
+            if ended is not None:
+                self._drop(worker, replace=self.eager)
+                return Outcome(None, ended=ended)
+            worker.buf.clear()
+            worker.ready = True
+        start = time.monotonic()
+        baseline = _tree_memory(worker.proc.pid) or 0  # the idle worker: what the job adds is its own
         if not worker.send(words):
             self._drop(worker, replace=self.eager)
             return Outcome(None, ended="crash")
-        assert worker.proc.stdout is not None
-        fd = worker.proc.stdout.fileno()
-        start = time.monotonic()
-        next_memory = start + MEMORY_CHECK_S
-        buf = bytearray()
-        need: int | None = None
-        header: tuple[int, int, int] | None = None
-        ended: str | None = None
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while ended is None:
-                if sel.select(TICK_S):
-                    chunk = os.read(fd, READ_CHUNK)
-                    if not chunk:
-                        ended = "closed" if self._closed else "crash"
-                        break
-                    buf += chunk
-                    if header is None and b"\n" in buf:
-                        line, _, rest = bytes(buf).partition(b"\n")
-                        try:
-                            status, n_out, n_err = (int(x) for x in line.split())
-                        except ValueError:
-                            ended = "crash"
-                            break
-                        header, buf, need = (status, n_out, n_err), bytearray(rest), n_out + n_err
-                    if need is not None and len(buf) >= need:
-                        break
-                    continue
-                now = time.monotonic()
-                if self._closed:
-                    ended = "closed"
-                elif now - start > self.time_limit_s:
-                    ended = "time"
-                elif gone():
-                    ended = "gone"
-                elif now >= next_memory:
-                    next_memory = now + MEMORY_CHECK_S
-                    held = _tree_memory(worker.proc.pid)
-                    if held is not None and held > self.memory_bytes:
-                        ended = "memory"
+        ended = self._read(worker, _answered, start, baseline, gone, self.time_limit_s)
+        header = _header(worker.buf)
         if ended is not None or header is None:
             self._drop(worker, replace=self.eager)
             return Outcome(None, ended=ended or "crash")
-        status, n_out, _ = header
-        out = bytes(buf[:n_out]).decode("utf-8", "replace")
-        err = bytes(buf[n_out:need]).decode("utf-8", "replace")
+        status, n_out, n_err, at = header
+        out = bytes(worker.buf[at : at + n_out]).decode("utf-8", "replace")
+        err = bytes(worker.buf[at + n_out : at + n_out + n_err]).decode("utf-8", "replace")
+        worker.buf.clear()
         if status == MEMORY_STATUS:
             self._drop(worker, replace=self.eager)
             return Outcome(None, out, err, ended="memory")
         with self._guard:
             self._idle.append(worker)
         return Outcome(status, out, err)
+
+    def _read(
+        self,
+        worker: Worker,
+        done: Callable[[bytearray], bool],
+        start: float,
+        baseline: int | None,
+        gone: Callable[[], bool],
+        limit_s: float,
+    ) -> str | None:
+        """Read the worker's output into ``worker.buf`` until ``done(buf)``: None, or why it stopped
+        first (``limit_s`` from ``start``, its memory beyond ``baseline``, its client, the worker's
+        end)."""
+        assert worker.proc.stdout is not None
+        fd = worker.proc.stdout.fileno()
+        next_memory = start + MEMORY_CHECK_S
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while not done(worker.buf):
+                if sel.select(TICK_S):
+                    chunk = os.read(fd, READ_CHUNK)
+                    if not chunk:
+                        return "closed" if self._closed else "crash"
+                    worker.buf += chunk
+                    continue
+                now = time.monotonic()
+                if self._closed:
+                    return "closed"
+                if now - start > limit_s:
+                    return "time"
+                if gone():
+                    return "gone"
+                if baseline is not None and now >= next_memory:
+                    next_memory = now + MEMORY_CHECK_S
+                    held = _tree_memory(worker.proc.pid)
+                    if held is not None and held - baseline > self.memory_bytes:
+                        return "memory"
+        return None
+
+    def pids(self) -> list[int]:
+        """The worker processes' ids (busy and idle)."""
+        with self._guard:
+            return sorted(w.proc.pid for w in self._all)
 
     def close(self) -> None:
         """End every worker, the busy ones included (their jobs end ``closed``)."""

@@ -3,17 +3,19 @@
 nothing that others need.
 
 - A connection is accepted at once (a listen backlog of :data:`BACKLOG`) and *parked* until it
-  has sent something: an idle connection takes a file descriptor, never a thread, and is closed
-  after :data:`IDLE_S`; past :data:`MAX_PARKED` the longest-parked is closed first.
-- A connection that has sent something is served by one of :data:`THREADS` threads; it has
-  :data:`READ_S` in all to send its request's head and body (a slow sender is cut off there,
-  however it paces its bytes), and each send of the answer waits at most :data:`SEND_S`.
+  has sent its request's head whole: an idle or slow connection takes a file descriptor, never a
+  thread. One silent for :data:`IDLE_S` is closed, one whose head takes longer than
+  :data:`READ_S` from its first byte too; past :data:`MAX_PARKED` the longest-parked goes first.
+- A request whose head has arrived is served by one of :data:`THREADS` threads; its body is due
+  within :data:`READ_S` (a slow body is cut off there, however it paces its bytes), and each send
+  of the answer waits at most :data:`SEND_S`.
 - One request a connection (HTTP/1.0, as the standard library's handler speaks by default).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import queue
 import selectors
 import socket
@@ -22,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
+from socketserver import StreamRequestHandler
 from typing import Any
 
 BACKLOG = 1024
@@ -35,6 +38,8 @@ READ_S = 10.0
 """Seconds a request's head and body may take to arrive, from its first byte."""
 SEND_S = 30.0
 """Seconds one send of an answer may wait on the client (the socket's timeout)."""
+MAX_HEAD = 65_536 + 2
+"""Bytes of a request's head read while parked: past them the handler answers 414 or 431."""
 TICK_S = 0.25
 
 
@@ -58,16 +63,19 @@ MAX_PARKED = _max_parked()
 class BoundedServer(ThreadingHTTPServer):
     """A :class:`ThreadingHTTPServer` whose threads, connections and waits are bounded (see the
     module). ``daemon_threads`` False: :meth:`server_close` waits for every accepted
-    connection to be answered or timed out."""
+    connection to be answered or timed out. ``idle_s`` and ``read_s`` may be set per server."""
 
     request_queue_size = BACKLOG
     daemon_threads = True
+    idle_s = IDLE_S
+    read_s = READ_S
 
     def __init__(self, address: tuple[Any, ...], handler: Any, family: int = socket.AF_INET) -> None:
         self.address_family = family
         super().__init__(address, handler)
         self._pending: list[tuple[socket.socket, Any]] = []
-        self._parked: dict[socket.socket, tuple[Any, float]] = {}  # insertion order: oldest first
+        self._parked: dict[socket.socket, _Parked] = {}  # insertion order: oldest first
+        self._heads: dict[socket.socket, bytes] = {}  # what the parker read, for the handler
         self._reading: dict[socket.socket, float] = {}
         self._ready: queue.Queue[tuple[socket.socket, Any] | None] = queue.Queue()
         self._guard = threading.Lock()
@@ -99,6 +107,9 @@ class BoundedServer(ThreadingHTTPServer):
     # ---------------------------------------------------------------- parked connections
 
     def _parker(self) -> None:
+        """Park connections until their request's head has arrived whole, without a thread each:
+        close those silent past ``idle_s``, those whose head takes longer than ``read_s``, and
+        the longest-parked past :data:`MAX_PARKED`; cut off requests whose body is late."""
         with selectors.DefaultSelector() as sel:
             sel.register(self._wake_r, selectors.EVENT_READ)
             while True:
@@ -107,8 +118,9 @@ class BoundedServer(ThreadingHTTPServer):
                     stopping = self._stopping
                 now = time.monotonic()
                 for sock, addr in pending:
-                    self._parked[sock] = (addr, now + IDLE_S)
+                    self._parked[sock] = _Parked(addr, now + self.idle_s)
                     try:
+                        sock.setblocking(False)
                         sel.register(sock, selectors.EVENT_READ)
                     except (ValueError, OSError):  # closed already
                         self._parked.pop(sock)
@@ -127,26 +139,49 @@ class BoundedServer(ThreadingHTTPServer):
                         with contextlib.suppress(OSError):
                             while self._wake_r.recv(4096):
                                 pass
-                        continue
-                    sock = key.fileobj
-                    addr, _ = self._parked[sock]  # type: ignore[index]
-                    self._unpark(sel, sock)  # type: ignore[arg-type]
-                    self._ready.put((sock, addr))  # type: ignore[arg-type]
+                    else:
+                        self._receive(sel, key.fileobj)  # type: ignore[arg-type]
                 now = time.monotonic()
-                for sock, (_, deadline) in list(self._parked.items()):
-                    if deadline <= now:
+                for sock, parked in list(self._parked.items()):
+                    if parked.deadline <= now:
                         self._unpark(sel, sock)
                         self._closed(sock)
                 with self._guard:
                     late = [s for s, deadline in self._reading.items() if deadline <= now]
                     for s in late:
                         del self._reading[s]
-                for sock in late:  # a slow sender: its blocked read ends now
+                for sock in late:  # a slow body: its blocked read ends now
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)
 
+    def _receive(self, sel: selectors.BaseSelector, sock: socket.socket) -> None:
+        parked = self._parked[sock]
+        try:
+            data = sock.recv(MAX_HEAD)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # the client left
+            self._unpark(sel, sock)
+            self._closed(sock)
+            return
+        if not parked.head:  # its first bytes: the whole head is due within read_s
+            parked.deadline = time.monotonic() + self.read_s
+        parked.head += data
+        if b"\r\n\r\n" in parked.head or b"\n\n" in parked.head or len(parked.head) >= MAX_HEAD:
+            self._unpark(sel, sock)
+            with self._guard:
+                self._heads[sock] = bytes(parked.head)
+            self._ready.put((sock, parked.addr))
+
+    def take_head(self, sock: socket.socket) -> bytes:
+        """What was read of the request on ``sock`` while it was parked (once)."""
+        with self._guard:
+            return self._heads.pop(sock, b"")
+
     def _next_wait(self, now: float) -> float:
-        deadlines = [d for _, d in self._parked.values()]
+        deadlines = [p.deadline for p in self._parked.values()]
         with self._guard:
             deadlines += list(self._reading.values())
         return max(0.0, min([TICK_S, *(d - now for d in deadlines)]))
@@ -157,6 +192,8 @@ class BoundedServer(ThreadingHTTPServer):
             sel.unregister(sock)
 
     def _closed(self, sock: socket.socket) -> None:
+        with self._guard:
+            self._heads.pop(sock, None)
         self.shutdown_request(sock)
         with self._done:
             self._open -= 1
@@ -171,8 +208,9 @@ class BoundedServer(ThreadingHTTPServer):
                 return
             sock, addr = item
             with self._guard:
-                self._reading[sock] = time.monotonic() + READ_S
+                self._reading[sock] = time.monotonic() + self.read_s
             try:
+                sock.setblocking(True)
                 self.finish_request(sock, addr)
             except Exception:
                 self.handle_error(sock, addr)
@@ -196,9 +234,9 @@ class BoundedServer(ThreadingHTTPServer):
 
     def server_close(self, wait_s: float | None = None) -> None:
         """Stop accepting; unless ``daemon_threads``, first wait (at most ``wait_s``, default
-        :data:`IDLE_S` + :data:`READ_S` + a job's time) for every accepted connection to be done."""
+        ``idle_s`` + ``read_s`` + ten minutes for a job) for every accepted connection to be done."""
         if not self.daemon_threads:
-            limit = time.monotonic() + (wait_s if wait_s is not None else IDLE_S + READ_S + 600.0)
+            limit = time.monotonic() + (wait_s if wait_s is not None else self.idle_s + self.read_s + 600.0)
             with self._done:
                 while self._open > 0 and time.monotonic() < limit:
                     self._done.wait(TICK_S)
@@ -212,6 +250,45 @@ class BoundedServer(ThreadingHTTPServer):
             self._wake_r.close()
             self._wake_w.close()
         super().server_close()
+
+
+class _Parked:
+    """A parked connection: its address, when it is closed unless it has sent its head, and what
+    it has sent."""
+
+    __slots__ = ("addr", "deadline", "head")
+
+    def __init__(self, addr: Any, deadline: float) -> None:
+        self.addr, self.deadline, self.head = addr, deadline, bytearray()
+
+
+class _Prefixed(io.RawIOBase):
+    """A socket's input that starts with what the parker already read from it."""
+
+    def __init__(self, prefix: bytes, sock: socket.socket) -> None:
+        self._prefix, self._sock = memoryview(prefix), sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._prefix:
+            n = min(len(b), len(self._prefix))
+            b[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        return self._sock.recv_into(b)
+
+
+class ParkedRequestHandler(StreamRequestHandler):
+    """A request handler whose input starts with what :class:`BoundedServer` read while the
+    connection was parked (put first among a handler's bases)."""
+
+    def setup(self) -> None:
+        super().setup()
+        head = self.server.take_head(self.connection)  # type: ignore[attr-defined]
+        if head:
+            self.rfile = io.BufferedReader(_Prefixed(head, self.connection))
 
 
 def peer_gone(sock: socket.socket) -> Callable[[], bool]:

@@ -90,8 +90,8 @@ QUICK_TIME_S, HEAVY_TIME_S = 30.0, 120.0
 """A job's time limit: the page's answers take milliseconds (30 s is for a pasted config of a
 very large model); a search on 1,024 devices takes up to 70 s on a loaded two-core machine."""
 QUICK_MEMORY, HEAVY_MEMORY = 1 << 30, 2 << 30
-"""A job's memory budget, its processes together (a worker alone holds about 80 MB; a search on
-1,024 devices about 700 MB)."""
+"""A job's memory budget: what its processes together may add to the idle worker's (which holds
+about 80 MB; a search on 1,024 devices adds about 600 MB)."""
 QUICK_WORKERS, HEAVY_WORKERS = 2, 2
 """Jobs at once in each pool: at most 2 × 1 GiB + 2 × 2 GiB for the explorer's jobs in all."""
 QUEUE_WAIT_S = 60.0
@@ -103,6 +103,23 @@ WARM_QUICK = (
     ["crossover", "--head-dim", "64", "--json"],
 )
 """What a quick worker runs before its first job (the first ``crossover`` imports sympy: 1 s)."""
+WARM_HEAVY = (
+    [
+        "serve-sim",
+        "--model",
+        "gpt2",
+        "--num-requests",
+        "1",
+        "--input-len",
+        "16",
+        "--output-len",
+        "1",
+        "--json",
+    ],
+    ["plan", "--model", "gpt2", "--devices", "2", "--context", "64", "--batch", "1", "--json"],
+)
+"""What a search-and-simulation worker runs before its first job (numpy's and the engine's imports
+made before the memory budget applies)."""
 
 MAX_BODY = 1_000_000
 """Bytes a request's body may hold: a model's config.json is a few kB, a device file less."""
@@ -263,7 +280,12 @@ class Explorer:
     tests that watch the library's own functions, never for a server."""
 
     def __init__(
-        self, run: Run, *, workers: bool = True, time_limits: tuple[float, float] | None = None
+        self,
+        run: Run,
+        *,
+        workers: bool = True,
+        time_limits: tuple[float, float] = (QUICK_TIME_S, HEAVY_TIME_S),
+        memory_budgets: tuple[int, int] = (QUICK_MEMORY, HEAVY_MEMORY),
     ) -> None:
         _remove_stale_folders()
         self.folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
@@ -277,25 +299,19 @@ class Explorer:
         self.pools: dict[str, Pool] = {}
         if workers:
             target = f"{run.__module__}:{run.__qualname__}"
-            quick_s, heavy_s = time_limits or (QUICK_TIME_S, HEAVY_TIME_S)
-            self.pools = {
-                "quick": Pool(
+            for kind, size, time_s, memory, warm in (
+                ("quick", QUICK_WORKERS, time_limits[0], memory_budgets[0], WARM_QUICK),
+                ("heavy", HEAVY_WORKERS, time_limits[1], memory_budgets[1], WARM_HEAVY),
+            ):
+                self.pools[kind] = Pool(
                     target,
-                    size=QUICK_WORKERS,
-                    time_limit_s=quick_s,
-                    memory_bytes=QUICK_MEMORY,
+                    size=size,
+                    time_limit_s=time_s,
+                    memory_bytes=memory,
                     queue_wait_s=QUEUE_WAIT_S,
-                    warm=WARM_QUICK,
-                    eager=True,
-                ),
-                "heavy": Pool(
-                    target,
-                    size=HEAVY_WORKERS,
-                    time_limit_s=heavy_s,
-                    memory_bytes=HEAVY_MEMORY,
-                    queue_wait_s=QUEUE_WAIT_S,
-                ),
-            }
+                    warm=warm,
+                    eager=kind == "quick",  # the page's first answers; a search's workers when first asked
+                )
 
     def close(self) -> None:
         """End the jobs and remove the folder (again harmless: it runs at exit too)."""
@@ -414,9 +430,7 @@ class Explorer:
             line = f"{command} ran past the explorer's limit of {pool.time_limit_s:g} s a job: {more}"
             return HTTPStatus.BAD_REQUEST, _error(line)
         if ended == "memory":
-            line = (
-                f"{command} needed more than the explorer's {pool.memory_bytes / 2**30:g} GiB a job: {more}"
-            )
+            line = f"{command} needed more than the explorer's {_bytes(pool.memory_bytes)} a job: {more}"
             return HTTPStatus.BAD_REQUEST, _error(line)
         if ended == "busy":
             line = f"the explorer is busy: {pool.size} jobs like {command} are running; try again"
@@ -424,6 +438,16 @@ class Explorer:
         if ended == "closed":
             return HTTPStatus.SERVICE_UNAVAILABLE, _error("the explorer is stopping")
         return HTTPStatus.INTERNAL_SERVER_ERROR, _error(f"{command}'s job ended before it answered")
+
+
+def _no_constant(name: str) -> Any:
+    """JSON has no NaN or Infinity (Python's reader takes them): a body that says one is refused."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes in binary units: ``1 GiB``, ``150 MiB``."""
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def _error(line: str) -> str:
@@ -436,7 +460,7 @@ it ends in <code>?token=…</code>, which keeps other pages and users out.</p>
 """
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(listen.ParkedRequestHandler, BaseHTTPRequestHandler):
     """GET ``/?token=T`` and ``/static/NAME``: the page; GET ``/api/COMMAND?flag=value...`` or
     POST it with a JSON body ``{"params": {...}, "config": TEXT, "device_file": TEXT}``, with the
     token in ``X-Attnroof-Token`` (or ``token=`` in the query): the command's JSON."""
@@ -445,6 +469,7 @@ class Handler(BaseHTTPRequestHandler):
     hosts: frozenset[str]  # the Host values that name this server
     origins: frozenset[str]
     server_version = "attnroof-explore"
+    default_request_version = "HTTP/1.0"  # a malformed request line is answered with a status line too
     timeout = listen.SEND_S
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal shows the URL
@@ -568,7 +593,7 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(body.status, str(body))
             return
         try:
-            data = json.loads(body or b"{}")
+            data = json.loads(body or b"{}", parse_constant=_no_constant)
         except RecursionError:
             self._refuse(HTTPStatus.BAD_REQUEST, "the request's body nests deeper than JSON's reader goes")
             return
@@ -650,31 +675,32 @@ def make_server(
     port: int = 0,
     *,
     allow_remote: bool = False,
-    workers: bool = True,
-    time_limits: tuple[float, float] | None = None,
+    **options: Any,
 ) -> tuple[listen.BoundedServer, Explorer]:
     """A server on ``host:port`` (port 0: a free one) over ``run``; not yet serving. ``host``
     must be this machine's loopback unless ``allow_remote`` (``""``: every interface). The
     caller serves it (``serve_forever``) and closes both (``server_close``, ``Explorer.close``).
     ``ListenError`` for an address refused or not found, ``OSError`` for one that cannot be bound;
-    either way no folder is left."""
+    either way no folder is left. ``options`` go to :class:`Explorer` (its workers and limits)."""
     family, address = _addresses(host, port)[0]
-    if not allow_remote and not _loopback(address):
+    remote = not _loopback(address)
+    if remote and not allow_remote:
         where = "every interface" if address in ("", "0.0.0.0", "::") else f"{address}, beyond this machine"
         raise ListenError(f"--host {host!r} listens on {where}: give --allow-remote to do that")
     server = listen.BoundedServer((address, port), None, family)  # bound first: a failure leaves nothing
     try:
-        explorer = Explorer(run, workers=workers, time_limits=time_limits)
+        explorer = Explorer(run, **options)
     except BaseException:
         server.server_close()
         raise
     bound_port = server.server_address[1]
-    hosts = _names(host, address, bound_port, not _loopback(address))
+    hosts = _names(host, address, bound_port, remote)
     server.RequestHandlerClass = type(
         "ExplorerHandler",
         (Handler,),
         {"explorer": explorer, "hosts": hosts, "origins": frozenset(f"http://{h}" for h in hosts)},
     )
+    server.remote = remote  # type: ignore[attr-defined]
     return server, explorer
 
 

@@ -2,8 +2,9 @@
 server's commands one at a time, each as ``attnroof WORDS`` runs them, so that no command holds
 the server, and a command past its time or memory ends with its process.
 
-The protocol, over the process's standard input and output (both pipes): the server writes one
-line of JSON, the command's words; the worker answers one header line ``STATUS OUT ERR`` (the
+The protocol, over the process's standard input and output (both pipes): the worker says
+:data:`READY` once warmed up; the server writes one line of JSON, the command's words; the worker
+answers one header line ``STATUS OUT ERR`` (the
 exit status, then the byte counts of the command's standard output and standard error) and
 those bytes. :data:`MEMORY_STATUS` says that the job met the memory budget; the worker then
 exits, and the server starts a fresh one.
@@ -27,8 +28,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
+READY = b"ready\n"
+"""What the worker says once warmed up and limited, before its first job."""
 MEMORY_STATUS = 200
 """The status a job that met the memory budget is answered with (no command exits with it)."""
+OUT_OF_MEMORY = ("MemoryError", "failed to map segment", "Cannot allocate memory")
+"""What the runner's one-line internal error says when the address-space limit was met (an
+allocation, a library's mapping, a thread's stack)."""
 PARENT_CHECK_S = 1.0
 """How often the worker looks whether the server that started it is still there."""
 
@@ -88,7 +94,7 @@ def one_job(run: Callable[[Sequence[str]], int], words: Sequence[str]) -> tuple[
         except MemoryError:
             status = MEMORY_STATUS
     text = err.getvalue()
-    if status == 1 and "MemoryError" in text:  # the runner's "internal error: MemoryError"
+    if status == 1 and any(sign in text for sign in OUT_OF_MEMORY):
         status = MEMORY_STATUS
     return status, out.getvalue(), text
 
@@ -111,6 +117,8 @@ def main(argv: Sequence[str]) -> int:
     for words in warm:
         one_job(run, words)
     limit_memory(budget)
+    proto.write(READY)
+    proto.flush()
     for line in sys.stdin.buffer:
         status, out, err = one_job(run, json.loads(line))
         _answer(proto, status, out, err)
