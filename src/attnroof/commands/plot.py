@@ -20,6 +20,7 @@ from attnroof.commands._common import (
     device_name,
     emit_json,
     int_list,
+    path_arg,
     positive_int,
     require,
 )
@@ -58,10 +59,14 @@ def _output_check(args: argparse.Namespace) -> None:
 
 def _inputs_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--measured", metavar="FILE.jsonl", help="measured results (attnroof measure) to place on the chart"
+        "--measured",
+        type=path_arg,
+        metavar="FILE.jsonl",
+        help="measured results (attnroof measure) to place on the chart",
     )
     p.add_argument(
         "--ceilings",
+        type=path_arg,
         metavar="FILE.json",
         help="measured ceilings (attnroof measure) drawn beside the catalog's",
     )
@@ -90,7 +95,14 @@ def _device_and_dtypes(args: argparse.Namespace) -> tuple[Device, list[DType]]:
 
 
 def _plot_setup(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="image to write: .png, .svg or .pdf")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=path_arg,
+        metavar="FILE",
+        help="image to write: .png, .svg or .pdf",
+    )
     add_force_arg(p)
     add_head_dim_arg(p, default=SHAPE_DEFAULTS["d"])
     p.add_argument(
@@ -187,7 +199,9 @@ def _print_notes(notes: list[str]) -> None:
 def _report_setup(p: argparse.ArgumentParser) -> None:
     from attnroof.commands.sheet import add_sheet_args
 
-    p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="HTML file to write")
+    p.add_argument(
+        "-o", "--output", required=True, type=path_arg, metavar="FILE.html", help="HTML file to write"
+    )
     add_force_arg(p)
     add_sheet_args(p)
     _inputs_args(p)
