@@ -16,6 +16,7 @@ from attnroof.commands._common import (
     resolve_heads,
     roof_from_args,
 )
+from attnroof.devices import DEFAULT_DEVICE
 from attnroof.errors import InputError
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.passes import FWD
@@ -161,6 +162,8 @@ def _run(args: argparse.Namespace) -> int:
     from attnroof.text.sheet import render_sheet
 
     _refuse_unread(args)
+    if args.device is None:  # the worked example itself: its header names device R, so no note is due
+        args.device = DEFAULT_DEVICE
     if args.variant is not None:
         return _beyond(args)
     dev, dt, _ = roof_from_args(args)
