@@ -116,6 +116,18 @@ CASES: list[Case] = [
         error=None,
         check=_alone,
     ),
+    Case(
+        "--max-rate stops at the lowest rate",
+        (*S, "--max-rate", "--slo-ttft", "1ns"),
+        error=None,
+        check=_noted("max rate: none — even 0.00119 requests/s misses p90 TTFT ≤ 1 ns"),
+    ),
+    Case("--slo-ttft 1e-320", (*S, "--slo-ttft", "1e-320"), error=("--slo-ttft", "'1e-320'", "below 1 ns")),
+    Case(
+        "--input-len 2^40: the model's length, not the memory",
+        (*S, "--input-len", str(2**40)),
+        error=("request 0", "exceed the model length 131072"),
+    ),
     # ------------------------------------------------------------ serve-sim: the requests file
     Case(
         "requests file tokens 2^63",

@@ -16,6 +16,11 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[-+]?[0-9]+)?)\s*(s|ms|us|µs|n
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, None: 1.0}
 
 
+MIN_DURATION_S = 1e-9
+"""The shortest duration a flag takes: a nanosecond, below any engine's step or kernel (the
+results files' :data:`attnroof.measure.schema.MIN_TIME_S` for the same reason)."""
+
+
 def duration_arg(text: str) -> float:
     """A positive duration: ``2s``, ``50ms``, ``200us`` or plain seconds (``0.05``)."""
     m = _DURATION.match(text)
@@ -24,6 +29,10 @@ def duration_arg(text: str) -> float:
     value = float(m.group(1)) * _SCALE[(m.group(2) or "s").lower() if m.group(2) != "µs" else "µs"]
     if not 0 < value < 1e6:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive duration under 10^6 s")
+    if value < MIN_DURATION_S:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is below 1 ns: no step of an engine, no token, is that short (0 for none, where taken)"
+        )
     return value
 
 

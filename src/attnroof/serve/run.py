@@ -28,7 +28,7 @@ from attnroof.serve.metrics import Summary, summarise
 from attnroof.serve.search import RateSearch, max_rate
 from attnroof.serve.speculative import Speculation, speculate
 from attnroof.serve.step import StepOptions
-from attnroof.serve.workload import Workload, from_jsonl, synthetic, upper_length
+from attnroof.serve.workload import RATE, Workload, from_jsonl, synthetic, upper_length
 
 DEFAULT_INPUT, DEFAULT_OUTPUT = 1024, 128
 SECONDS_PER_HOUR = 3600
@@ -397,26 +397,27 @@ def _require_memory(job: Job, pools: dict[str, Pool], file: Workload | None, run
     the traffic's own requests, and with a rate search the two judging runs it keeps (the best
     so far and the one being judged) of max(requests, :data:`~attnroof.serve.search.STEADY_SPANS`
     × the sequences the engines run at once) requests."""
+    import numpy as np
+
     from attnroof.serve.search import STEADY_SPANS
 
     t = job.traffic
+    # a request longer than the model is refused by the engine, in its own words: counted at the length
+    most = min(p.config.max_model_len or p.cost.max_context for p in pools.values())
     if file is not None:
         n = file.n
-        answers = float(file.output_tokens.sum())
-        prompts = file.input_tokens
+        answers = float(np.minimum(file.output_tokens, most).sum())
+        prompts = np.minimum(file.input_tokens, most)
     else:
         n = t.num_requests
-        answers = float(n) * upper_length(t.output_len or DEFAULT_OUTPUT, t.range_ratio)
-        prompts = None
+        answers = float(n) * min(most, upper_length(t.output_len or DEFAULT_OUTPUT, t.range_ratio))
+        prompts = np.array([min(most, upper_length(t.input_len or DEFAULT_INPUT, t.range_ratio))])
     budget = min(p.config.max_num_batched_tokens for p in pools.values())
-    if prompts is not None:
-        chunks = float((-(-prompts // budget)).sum())
-    else:
-        chunks = float(n) * -(-upper_length(t.input_len or DEFAULT_INPUT, t.range_ratio) // budget)
+    chunks = float((-(-prompts // budget)).sum()) * (1 if file is not None else n)
     seqs = sum(p.config.max_num_seqs for p in pools.values())
     batch = 1
     if t.rate is None and not t.concurrency:  # every request at once: the engine is full
-        per = -(-_longest(t, file) // min(p.config.block_size for p in pools.values()))
+        per = -(-min(most, _longest(t, file)) // min(p.config.block_size for p in pools.values()))
         batch = max(1, min(n, seqs, *(p.config.blocks // max(1, per) for p in pools.values())))
     one = simulation_bytes(n, answers, chunks, batch, len(pools))
     need, what = runs * one, f"a simulation of {n:,} requests ({answers:,.0f} answer tokens)"
@@ -446,6 +447,7 @@ def sweep_rates(job: Job, result: Result) -> list[tuple[float, Summary]]:
 
     capacity = at(math.inf).request_throughput
     rates = {capacity * (0.15 + 1.05 * i / (CHART_RATES - 1)) for i in range(CHART_RATES)}
+    rates = {r for r in rates if r >= RATE.low}  # slower than a simulation takes: not drawn
     if result.search is not None:
         rates |= {t.rate for t in result.search.tried if t.rate <= 2 * capacity}
     return [(r, at(r)) for r in sorted(rates)]

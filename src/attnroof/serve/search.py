@@ -40,6 +40,7 @@ from typing import Any
 from attnroof.errors import InputError
 from attnroof.serve.engine import Run
 from attnroof.serve.metrics import Summary
+from attnroof.serve.workload import RATE
 
 DEFAULT_TOLERANCE = 0.01
 MAX_SIMULATIONS = 40
@@ -210,7 +211,8 @@ def max_rate(
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> RateSearch:
     """``run_at(rate, n)``: a summary and the run of ``n`` requests at ``rate`` (∞: all at once).
-    From the capacity, halve until a rate holds, then bisect (geometrically) to ``tolerance``."""
+    From the capacity, halve until a rate holds (down to the lowest rate a simulation takes,
+    :data:`attnroof.serve.workload.RATE`), then bisect (geometrically) to ``tolerance``."""
     if not slo:
         raise InputError("--max-rate needs an SLO: --slo-ttft and/or --slo-tpot", param="slo")
     full, _ = run_at(math.inf, requests)
@@ -235,11 +237,13 @@ def max_rate(
         rate = None if best is None else min(best.rate, best.steady.achieved)
         return RateSearch(rate, percentile, slo, capacity, n, best, tuple(tried))
 
+    if capacity < RATE.low:  # no rate a simulation takes is one the engine can keep up with
+        return found(None)
     t = check(capacity)
     if t.met:  # the ceiling holds: a stable queue cannot take more
         return found(t)
     hi, best = capacity, None
-    while best is None and len(tried) < MAX_SIMULATIONS // 2:
+    while best is None and len(tried) < MAX_SIMULATIONS // 2 and hi / 2 >= RATE.low:
         t = check(hi / 2)
         if t.met:
             best = t
