@@ -346,7 +346,7 @@ def test_open_launches_the_browser_at_the_url(monkeypatch):
     monkeypatch.setattr(webbrowser, "open", browser)
     r = run_cli("explore", "--open", "--stop-after", "1")
     for visit in visits:
-        visit.join(60)
+        visit.join(300)  # a limit only against a hang
     assert r.returncode == 0, r.stderr
     ((url, status, text),) = opened
     assert r.stdout == f"attnroof explore: {url} (Ctrl-C stops it)\n"
