@@ -34,15 +34,9 @@ from hypothesis import strategies as st
 
 from attnroof.commands._run import run
 from attnroof.explore import listen
-from attnroof.explore.server import (
-    FLAGS,
-    MAX_BODY,
-    MAX_PASTED,
-    MAX_PASTED_FILES,
-    WARM_HEAVY,
-    Explorer,
-    make_server,
-)
+from attnroof.explore.caps import FLAGS, MAX_BODY, MAX_PASTED, MAX_PASTED_FILES, WARM_HEAVY
+from attnroof.explore.explorer import Explorer
+from attnroof.explore.server import make_server
 from conftest import _PYTHONPATH, run_cli_process
 
 HANG_S = 120  # a limit against a hang, never a timing to meet
@@ -251,6 +245,45 @@ def _folder_pid(path: str) -> int:
     """The process an explorer's folder is named for (``attnroof-explore-PID-XXXX``)."""
     part = Path(path).name.split("-")[2]
     return int(part) if part.isdigit() else 0
+
+
+def test_allow_remote_warns_and_still_checks_the_host(monkeypatch):
+    """``--allow-remote`` (here 127.0.0.1 stands in for an address beyond this machine: no test
+    listens elsewhere): a warning on stderr, the page served with the token, a foreign Host still
+    refused; without the flag the same address is refused in one line."""
+    import webbrowser
+
+    from attnroof.explore import server as server_module
+    from conftest import run_cli
+
+    monkeypatch.setattr(server_module, "_loopback", lambda address: False)
+    r = run_cli("explore", "--stop-after", "1")
+    assert r.returncode == 2 and "'127.0.0.1'" in r.stderr and "--allow-remote" in r.stderr
+    seen: list[Any] = []
+
+    def browser(url: str) -> bool:
+        def visit() -> None:
+            u = urllib.parse.urlsplit(url)
+            host, port = u.netloc.split(":")
+            s = Site(host, int(port), type("E", (), {"token": parse_token(url)})())  # type: ignore[arg-type]
+            seen.append(s.request("GET", "/api/devices", headers={"Host": "evil.example"}))
+            seen.append(s.request("GET", f"/?{u.query}", token=False))
+
+        threading.Thread(target=visit).start()
+        return True
+
+    monkeypatch.setattr(webbrowser, "open", browser)
+    r = run_cli("explore", "--allow-remote", "--open", "--stop-after", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith("attnroof explore: warning: listening on 127.0.0.1 port ")
+    assert "beyond this machine" in r.stderr
+    (evil, page) = seen
+    one_line(evil[0], evil[2], "'evil.example'", code=400)
+    assert page[0] == 200 and b"<title>attnroof explore</title>" in page[2]
+
+
+def parse_token(url: str) -> str:
+    return urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)["token"][0]
 
 
 # ---------------------------------------------------------------- bodies and requests
@@ -469,7 +502,12 @@ def _until(condition: Any) -> None:
             {"model": "llama-3.1-8b", "num-requests": "1000", "output-len": "100000"},
             ["1,000 × 100,000", "2,000,000"],
         ),
-        ("serve-sim", {"model": "llama-3.1-8b", "output-len": "4k"}, ["1,000 × 4,096"]),  # 1,000 by default
+        ("serve-sim", {"model": "llama-3.1-8b", "output-len": "2001"}, ["1,000 × 2,001"]),  # 1,000 by default
+        (
+            "serve-sim",
+            {"model": "llama-3.1-8b", "num-requests": "２００"},
+            ["'２００'", "digits"],
+        ),  # int() reads it
         (
             "plan",
             {"model": "llama-3.1-8b", "devices": "4096", "context": "8192", "batch": "8"},

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from attnroof.commands._run import run
-from attnroof.explore.server import Explorer, make_server, url_of
+from attnroof.explore.explorer import Explorer
+from attnroof.explore.server import make_server, url_of
 from conftest import _PYTHONPATH, run_cli_process
 
 CONFIGS = Path(__file__).resolve().parents[1] / "src" / "attnroof" / "model" / "configs"
