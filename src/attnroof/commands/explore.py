@@ -50,10 +50,13 @@ class _Stopped(Exception):
 
 @contextlib.contextmanager
 def _stop_on_signals() -> Iterator[None]:
+    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
+
     def stop(signum: int, frame: object) -> None:
+        for name in names:  # once: a second signal does not cut the clean-up short
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
         raise _Stopped(signal.Signals(signum).name)
 
-    names = [s for s in ("SIGTERM", "SIGHUP") if hasattr(signal, s)]
     try:
         old = {name: signal.signal(getattr(signal, name), stop) for name in names}
     except ValueError:  # not the main thread (a test runs the command in one): nothing to catch here
@@ -80,7 +83,7 @@ def _explore(args: argparse.Namespace) -> int:
         try:
             require(bool(explorer.static), "the explorer's page is missing from the package")
             url = page_url(server, explorer)
-            if args.allow_remote:
+            if getattr(server, "remote", False):
                 where = server.server_address[0] or "every interface"
                 print(
                     f"attnroof explore: warning: listening on {where} port {server.server_address[1]}, beyond "

@@ -117,7 +117,7 @@ class Worker:
         return True
 
     def kill(self) -> None:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, AttributeError):  # (no process groups on Windows)
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.proc.kill()
