@@ -224,7 +224,7 @@ def test_no_import_loops_between_packages():
 
 PACKAGE_RANKS = [
     {"errors", "units", "jsonable", "escaping"},
-    {"dtypes", "validate", "outfile"},
+    {"dtypes", "validate", "outfile", "limits"},
     {"formats"},
     {"cost", "arrays", "devices"},
     {"ops"},

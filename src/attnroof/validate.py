@@ -111,6 +111,13 @@ def kv_heads(heads: int, group: int, *, heads_name: str = "heads", group_name: s
     return heads // group
 
 
+MIN_TIME_S = 1e-9
+"""The shortest time a measured or forecast kernel may take, s: a nanosecond. No kernel runs in
+less (a CUDA launch costs microseconds, a CPU call some 100 ns) and no timer resolves it (CUDA
+events: 0.5 µs); a time below it is a typo or a subnormal (5e-324), whose FLOP/s would be
+infinite. Results files and calibration files are read by it alike."""
+
+
 @dataclass(frozen=True, slots=True)
 class Range:
     """A physical quantity's plausible values, ``low`` to ``high`` in ``unit``, each end with its

@@ -10,7 +10,7 @@ The ranges of the fitted parameters are the fit's own bounds (:data:`attnroof.ca
 a parameter held rather than fitted sits at a value inside them: an efficiency of 1.0, ``t0``
 of 0), the causal block one of :data:`attnroof.calibration.physics.CAUSAL_BLOCKS`, and the
 roofs the device checks' plausible ranges (:mod:`attnroof.devices.checks`), a time the results
-files' (:data:`attnroof.measure.schema.MIN_TIME_S`). A misspelt field is
+files' floor (:data:`attnroof.validate.MIN_TIME_S`). A misspelt field is
 named as unknown rather than ignored (``split_KV`` would otherwise read as no split).
 """
 
@@ -32,7 +32,7 @@ from attnroof.devices.checks import (
 )
 from attnroof.dtypes import DTYPES
 from attnroof.errors import InputError
-from attnroof.measure.schema import MIN_TIME_S
+from attnroof.validate import MIN_TIME_S
 
 FORMAT = "attnroof-calibration/1"
 
@@ -241,8 +241,8 @@ def shape(v: Any, where: str) -> None:
 
 
 SECONDS = number(MIN_TIME_S, math.inf)
-"""A kernel's time, measured or forecast: at least the results files' :data:`MIN_TIME_S` (the
-same figure read the same way in both files)."""
+"""A kernel's time, measured or forecast: at least :data:`attnroof.validate.MIN_TIME_S`, as a
+results file's (the same figure read the same way in both files)."""
 HELD = {
     "shape": Field(shape, "the shape left out"),
     "time_s": Field(SECONDS, "its measured time, s"),

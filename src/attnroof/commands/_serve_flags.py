@@ -18,7 +18,7 @@ _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, None: 1.0}
 
 MIN_DURATION_S = 1e-9
 """The shortest duration a flag takes: a nanosecond, below any engine's step or kernel (the
-results files' :data:`attnroof.measure.schema.MIN_TIME_S` for the same reason)."""
+results files' :data:`attnroof.validate.MIN_TIME_S` for the same reason)."""
 
 
 def duration_arg(text: str) -> float:

@@ -18,6 +18,7 @@ from attnroof.commands._common import (
     require,
     roof_from_args,
 )
+from attnroof.commands._grid import check_grid, run_grid
 from attnroof.commands._parallel import add_parallel_args, run_parallel, wants_parallel
 from attnroof.commands._train import add_train_args, check_train_flags, run_train
 from attnroof.dtypes import DType, dtype
@@ -180,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         return _print_list([builtin(n) for n in builtin_names()], args.json)
     require(args.model is not None, "--model is required (a built-in name or a config.json; see --list)")
     if args.sweep_context:
-        _check_grid(args)
+        check_grid(args)
     else:
         require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
     check_train_flags(args)
@@ -191,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
     job = _Job(model, args, dev, roof, dt, wdt, kdt)
     if args.sweep_context:
-        return _grid(job)
+        return run_grid(job)
     if wants_parallel(args):
         return run_parallel(job)
     if args.phase == TRAIN:
@@ -211,52 +212,6 @@ def _weight_dtype(args: argparse.Namespace, dt: DType) -> DType | WeightFormat:
         "its weights in a dtype (bf16, fp32, fp8)",
     )
     return fmt
-
-
-def _check_grid(args: argparse.Namespace) -> None:
-    """The grid is one device's prefill or decode step at every batch × context."""
-    require(
-        args.context is None, "--context and --sweep-context: give one (the grid's contexts: --sweep-context)"
-    )
-    other = next(
-        (
-            flag
-            for flag, given in (
-                ("--phase train", args.phase == TRAIN),
-                ("--calibration", args.calibration is not None),
-                ("the parallel flags", wants_parallel(args)),
-            )
-            if given
-        ),
-        None,
-    )
-    require(other is None, f"--sweep-context costs one device's prefill or decode grid: not with {other}")
-
-
-def _grid(job: _Job) -> int:
-    from attnroof.limits import require_memory
-    from attnroof.model.grid import grid, grid_bytes, grid_json
-
-    a = job.args
-    batches = a.sweep_batch or [a.batch]
-    points = len(batches) * len(a.sweep_context)
-    need = grid_bytes(job.model, a.phase, points, job.prec, json=a.json, **job.options)
-    require_memory(
-        f"a grid of {len(batches):,} batches × {len(a.sweep_context):,} contexts ({points:,} points)",
-        need,
-        "fewer --sweep-batch or --sweep-context values",
-    )
-    g = grid(
-        job.model, a.phase, batches, a.sweep_context, job.roof, job.prec,
-        capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
-    )  # fmt: skip
-    if a.json:
-        emit_json({**job.json_head(), **grid_json(g)})
-        return 0
-    from attnroof.text.grid import grid_text
-
-    print(grid_text(job.setting, g))
-    return 0
 
 
 def _check_calibration_use(args: argparse.Namespace) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 from attnroof.devices.checks import MAX_PLAUSIBLE_BANDWIDTH, MAX_PLAUSIBLE_FLOPS
 from attnroof.dtypes import DTYPES, dtype
 from attnroof.errors import InputError
-from attnroof.validate import MAX_SIZE
+from attnroof.validate import MAX_SIZE, MIN_TIME_S
 
 OK, SKIP, WRONG, ERROR = "ok", "skip", "wrong", "error"
 STATUSES = (OK, SKIP, WRONG, ERROR)
@@ -83,10 +83,6 @@ MODELS = ("fused", "unfused", "unfused, mask pass")
 mask pass), as the GPU runs of the reference data wrote it."""
 
 
-MIN_TIME_S = 1e-9
-"""The shortest time a record may give, s: a nanosecond. No kernel runs in less (a CUDA launch
-costs microseconds, a CPU call some 100 ns) and no timer resolves it (CUDA events: 0.5 µs); a
-time below it is a typo or a subnormal (5e-324), whose FLOP/s would be infinite."""
 MAX_RATE = {"flops": (MAX_PLAUSIBLE_FLOPS, "FLOP/s"), "bytes": (MAX_PLAUSIBLE_BANDWIDTH, "B/s")}
 """The most a record's counts over its time may reach: the device checks' plausible peaks of one
 device (:mod:`attnroof.devices.checks`), so a point no chart could place is refused as read."""

@@ -19,18 +19,19 @@ from typing import Any
 from attnroof.devices import Device
 from attnroof.devices.links import Links
 from attnroof.errors import InputError
-from attnroof.limits import require_memory
 from attnroof.model.spec import ModelConfig
 from attnroof.roofline import Roof
 from attnroof.serve.deploy import Disaggregated, Pool, pool, simulate, simulate_disaggregated
 from attnroof.serve.engine import EngineConfig, Run
+from attnroof.serve.memory import require_simulation_memory
 from attnroof.serve.metrics import Summary, summarise
 from attnroof.serve.search import RateSearch, max_rate
 from attnroof.serve.speculative import Speculation, speculate
 from attnroof.serve.step import StepOptions
-from attnroof.serve.workload import RATE, Workload, from_jsonl, synthetic, upper_length
+from attnroof.serve.workload import RATE, Workload, from_jsonl, longest_request, synthetic
 
 DEFAULT_INPUT, DEFAULT_OUTPUT = 1024, 128
+DEFAULTS = (DEFAULT_INPUT, DEFAULT_OUTPUT)
 SECONDS_PER_HOUR = 3600
 PER_MILLION = 1e6
 
@@ -59,6 +60,7 @@ class Traffic:
             return from_jsonl(
                 self.requests_text, self.requests_origin, rate=r, burstiness=self.burstiness,
                 concurrency=self.concurrency, seed=self.seed, limit=self.num_requests, cycle_to=requests,
+                warmup=self.warmup,
             )  # fmt: skip
         return synthetic(
             requests or self.num_requests, input_tokens=self.input_len or DEFAULT_INPUT, output_tokens=self.output_len or DEFAULT_OUTPUT,
@@ -217,31 +219,11 @@ def _simulate(job: Job, pools: dict[str, Pool], dis: Disaggregated | None, w: Wo
     return simulate_disaggregated(dis, w) if dis is not None else simulate(pools["engine"], w)
 
 
-def _longest(t: Traffic, w: Workload | None) -> int:
-    """The most tokens a request of the traffic may hold (its prompt and answer): ``w``'s
-    longest for a file's requests (a longer run cycles them), the lengths' upper end for
-    synthetic ones (a longer run draws more)."""
-    if w is not None:
-        return int((w.input_tokens + w.output_tokens).max())
-    return upper_length(t.input_len or DEFAULT_INPUT, t.range_ratio) + upper_length(
-        t.output_len or DEFAULT_OUTPUT, t.range_ratio
-    )
-
-
 def run(job: Job) -> Result:
     t = job.traffic
-    file = None
-    if t.requests_text is not None:  # a file's requests are read first: their lengths size the engine
-        rows = min(t.num_requests, t.requests_text.count("\n") + 1)
-        require_memory(f"reading {rows:,} requests", rows * FILE_ROW_BYTES, "fewer --num-requests")
-        file = t.at(None)
-        if t.warmup >= file.n:
-            raise InputError(
-                f"warmup {t.warmup} leaves none of the {file.n:,} requests of {t.requests_origin}",
-                param="warmup",
-            )
-    pools, dis = _pools(job, _longest(t, file))
-    _require_memory(job, pools, file, runs=1)
+    file = None if t.requests_text is None else t.at(None)  # read first: its lengths size the engine
+    pools, dis = _pools(job, longest_request(t, file, DEFAULTS))
+    require_simulation_memory(pools, file, t, DEFAULTS, runs=1, search=job.search)
     w = file if file is not None else t.at(None)
     devices = sum(p.devices for p in pools.values())
     r = _simulate(job, pools, dis, w)
@@ -348,87 +330,6 @@ def _energy(job: Job, s: Summary, devices: int) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- memory
-
-SIM_BYTES_PER_REQUEST = 1024
-"""A request's own arrays through one simulation: its arrival and lengths in the workload, the
-engine's working copies (computed, generated, blocks held, its last token's time), the run's
-record (arrival, first token, finish, preemptions) and the summary's latencies, some 25 int64 and
-float64 values, and the Python tuples of the single steps its arrival and its end break out of a
-stretch of decode steps (each pool's run and their merge hold their own)."""
-SIM_BYTES_PER_TOKEN = 32
-"""An answer token's gap to the token before it (ITL, float64): kept per stretch, concatenated
-into the run, and copied once more to take its percentiles."""
-SIM_BYTES_PER_STEP = 160
-"""A step's log, eight int64/float64 columns (end, time, tokens, prompt tokens, running, waiting,
-blocks used, preempted) kept per stretch and concatenated once, with the stretch arrays' headers."""
-SIM_BYTES_PER_SINGLE_STEP = 560
-"""A step costed alone (a prompt's chunk): its row as a Python tuple of eight numbers until the
-next stretch, then its columns (:data:`SIM_BYTES_PER_STEP`)."""
-FILE_ROW_BYTES = 600
-"""One request of a requests file while the file is read: the parsed JSON object and the checked
-copy of it (two small dicts of Python ints)."""
-
-
-def simulation_bytes(n: int, answer_tokens: float, chunks: float, batch: int, pools: int = 1) -> float:
-    """The most memory one simulation of ``n`` requests takes: ``answer_tokens`` generated in all,
-    ``chunks`` prompt steps in all, at least ``batch`` sequences a decode step (1 unless every
-    request arrives at once), over ``pools`` engines (disaggregated: two). Measured against peak
-    RSS (Llama-3.1-8B on an H100, 20,000 to 1,000,000 requests): within 1.5× for all at once, and
-    up to 6× above it at a finite rate, where the estimate takes one sequence a step (a rate that
-    leaves each request alone; at a higher rate the batch is larger and the steps fewer).
-
-    >>> simulation_bytes(1000, 128_000, 1000, 256)   # 1,000 requests of 1024 → 128 tokens, 256 a step
-    5760000.0
-
-    (1,000 × 1,024 + 128,000 × 32 + 128,000 / 256 × 160 + 1,000 × 560 bytes.)
-    """
-    decode_steps = answer_tokens / max(1, batch)
-    return (
-        n * pools * SIM_BYTES_PER_REQUEST
-        + answer_tokens * SIM_BYTES_PER_TOKEN
-        + decode_steps * SIM_BYTES_PER_STEP
-        + chunks * SIM_BYTES_PER_SINGLE_STEP
-    )
-
-
-def _require_memory(job: Job, pools: dict[str, Pool], file: Workload | None, runs: int) -> None:
-    """:func:`attnroof.limits.require_memory` for the simulations a job holds at once: ``runs`` of
-    the traffic's own requests, and with a rate search the two judging runs it keeps (the best
-    so far and the one being judged) of max(requests, :data:`~attnroof.serve.search.STEADY_SPANS`
-    × the sequences the engines run at once) requests."""
-    import numpy as np
-
-    from attnroof.serve.search import STEADY_SPANS
-
-    t = job.traffic
-    # a request longer than the model is refused by the engine, in its own words: counted at the length
-    most = min(p.config.max_model_len or p.cost.max_context for p in pools.values())
-    if file is not None:
-        n = file.n
-        answers = float(np.minimum(file.output_tokens, most).sum())
-        prompts = np.minimum(file.input_tokens, most)
-    else:
-        n = t.num_requests
-        answers = float(n) * min(most, upper_length(t.output_len or DEFAULT_OUTPUT, t.range_ratio))
-        prompts = np.array([min(most, upper_length(t.input_len or DEFAULT_INPUT, t.range_ratio))])
-    budget = min(p.config.max_num_batched_tokens for p in pools.values())
-    chunks = float((-(-prompts // budget)).sum()) * (1 if file is not None else n)
-    seqs = sum(p.config.max_num_seqs for p in pools.values())
-    batch = 1
-    if t.rate is None and not t.concurrency:  # every request at once: the engine is full
-        per = -(-min(most, _longest(t, file)) // min(p.config.block_size for p in pools.values()))
-        batch = max(1, min(n, seqs, *(p.config.blocks // max(1, per) for p in pools.values())))
-    one = simulation_bytes(n, answers, chunks, batch, len(pools))
-    need, what = runs * one, f"a simulation of {n:,} requests ({answers:,.0f} answer tokens)"
-    if job.search:
-        judged = max(n, STEADY_SPANS * seqs)
-        scale = judged / n
-        need += 2 * simulation_bytes(judged, answers * scale, chunks * scale, 1, len(pools))
-        what = f"--max-rate's search over {judged:,} requests a rate ({answers * scale:,.0f} answer tokens)"
-    require_memory(what, need, "fewer --num-requests (or shorter --output-len)")
-
-
 CHART_RATES = 8
 
 
@@ -437,8 +338,10 @@ def sweep_rates(job: Job, result: Result) -> list[tuple[float, Summary]]:
     and the rates the search tried (rerun: the search keeps only their percentiles)."""
     t = job.traffic
     file = None if t.requests_text is None else t.at(None)
-    pools, dis = _pools(job, _longest(t, file))
-    _require_memory(job, pools, file, runs=2)  # the result's run, and each rate's in turn
+    pools, dis = _pools(job, longest_request(t, file, DEFAULTS))
+    require_simulation_memory(
+        pools, file, t, DEFAULTS, runs=2, search=job.search
+    )  # the result's, each rate's
 
     def at(rate: float) -> Summary:
         return summarise(

@@ -92,6 +92,23 @@ def upper_length(mean: int, range_ratio: float) -> int:
     return max(max(1, math.floor(mean * (1 - range_ratio))), math.ceil(mean * (1 + range_ratio)))
 
 
+def longest_request(traffic: Any, file: Workload | None, defaults: tuple[int, int]) -> int:
+    """The most tokens a request of ``traffic`` may hold (its prompt and answer): the ``file``'s
+    longest (a longer run cycles them), else the upper end of its lengths (``defaults`` where it
+    gives none; a longer run draws more).
+
+    >>> from types import SimpleNamespace
+    >>> longest_request(SimpleNamespace(input_len=None, output_len=100, range_ratio=0.5), None, (1024, 128))
+    1686
+    """
+    if file is not None:
+        return int((file.input_tokens + file.output_tokens).max())
+    ratio = traffic.range_ratio
+    return upper_length(traffic.input_len or defaults[0], ratio) + upper_length(
+        traffic.output_len or defaults[1], ratio
+    )
+
+
 def lengths(n: int, mean: int, range_ratio: float, rng: Any) -> Any:
     """``n`` lengths uniform over the whole numbers within mean·(1 ± range_ratio), at least 1."""
     import numpy as np
@@ -141,15 +158,21 @@ def from_jsonl(
     seed: int = 0,
     limit: int | None = None,
     cycle_to: int | None = None,
+    warmup: int = 0,
 ) -> Workload:
     """Requests from JSONL text, one object a line: ``input_tokens``, ``output_tokens`` and,
     optionally, ``arrival_s`` (every line or none). Without arrival times they arrive at
     ``rate`` (or from ``concurrency`` clients); a rate with arrival times is refused.
     ``cycle_to``: the (first ``limit``) requests repeated in order until there are that many
-    (a longer run of the same mix; not with arrival times)."""
+    (a longer run of the same mix; not with arrival times). ``warmup``: requests not counted,
+    which must leave some of the file's."""
     import numpy as np
 
+    from attnroof.limits import require_memory
+
     _check_draw(math.inf if rate is None else rate, burstiness, seed)
+    lines = min(limit or math.inf, text.count("\n") + 1)
+    require_memory(f"reading {lines:,} requests", lines * FILE_ROW_BYTES, "fewer --num-requests")
     rows: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -163,6 +186,10 @@ def from_jsonl(
             break
     if not rows:
         raise InputError(f"{origin}: no requests")
+    if warmup >= len(rows):
+        raise InputError(
+            f"warmup {warmup} leaves none of the {len(rows):,} requests of {origin}", param="warmup"
+        )
     timed = ["arrival_s" in r for r in rows]
     if any(timed) and not all(timed):
         line = timed.index(not timed[0]) + 1
@@ -196,6 +223,9 @@ def _check_draw(rate: float, burstiness: float, seed: int) -> None:
     SEED.check("seed", seed)
 
 
+FILE_ROW_BYTES = 600
+"""One request of a requests file while the file is read: the parsed JSON object and the checked
+copy of it (two small dicts of Python ints)."""
 MAX_ARRIVAL_S = 1e12
 """The latest arrival a file may give (some 30,000 years): past it a time is a typo."""
 
