@@ -90,6 +90,9 @@ class Check:
         self.work, self.deadline, self.no_cuda = work, deadline, no_cuda
         self.cuda = not no_cuda
         self.summary = summary or work / "summary.txt"
+        self.longest = 0.0
+        """The longest step of this phase so far (s): a later step is not started with less left
+        (the phase's limit would kill it mid-way; NOT RUN says so instead)."""
 
     def say(self, line: str) -> None:
         """A line in the summary (as it goes: a kill keeps it) and on stdout (gpu_check.sh passes
@@ -134,6 +137,12 @@ class Check:
             return self.not_run(
                 name, f"{max(0, self.left()):.0f} s left before the deadline, under {need:.0f} s"
             )
+        if self.left() < self.longest:
+            return self.not_run(
+                name,
+                f"{max(0, self.left()):.0f} s left before the deadline, under the {self.longest:.0f} s "
+                "of the longest step so far",
+            )
         log = self.work / f"{name}.log"
         t0 = time.monotonic()
         with (
@@ -149,6 +158,7 @@ class Check:
                 traceback.print_exc()
                 rc = 1
         took = time.monotonic() - t0
+        self.longest = max(self.longest, took)
         _give_back_memory()  # the next step's memory limit is read from what the GPU has free
         text = log.read_text(encoding="utf-8", errors="replace")
         if rc != 0:
@@ -227,16 +237,13 @@ def _device_flags() -> list[str]:
 
 
 def phase_measure(check: Check) -> None:
+    """The ceilings, then the quick suite (the records the report fits and judges: first, so that
+    a phase cut short still leaves them), then each implementation × dtype and the timers."""
     w = check.work
     dev = _device_flags()
     ceilings = w / "ceilings.json"
     check.step("ceilings", cli("measure", "ceilings", "--quick", *dev, "-o", str(ceilings)), records=ceilings)
     ceil = ["--ceilings", str(ceilings)] if ceilings.exists() and ceilings.stat().st_size else []
-    shapes = STEP_SHAPES["cuda" if check.cuda else "cpu"]
-    for dt in ("bf16", "fp16", "fp32"):
-        for kind in ("attention", "decode", "linear"):
-            check.step(f"{kind}-{dt}", cli("measure", kind, *shapes[kind], "--dtype", dt, *ceil, "--json"))
-    check.step("timers", _timers, cuda_only=True)
     results = w / "results.jsonl"
     check.step(
         "suite",
@@ -247,6 +254,11 @@ def phase_measure(check: Check) -> None:
     lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
     for line in [ln for ln in lines if ln.strip()][-2:]:
         check.say(f"  suite: {line}")
+    shapes = STEP_SHAPES["cuda" if check.cuda else "cpu"]
+    for dt in ("bf16", "fp16", "fp32"):
+        for kind in ("attention", "decode", "linear"):
+            check.step(f"{kind}-{dt}", cli("measure", kind, *shapes[kind], "--dtype", dt, *ceil, "--json"))
+    check.step("timers", _timers, cuda_only=True)
 
 
 def _timers() -> int:
@@ -509,7 +521,7 @@ def verdict(
         held.append(("forecasts", f"held-out forecasts median {_pct(pooled)} ({len(errors)})"))
     not_checked = [f"{part} NOT checked ({why})" for part, why in unchecked]
     if not by:
-        lines.append("the model holds: NOT KNOWN (no case was measured)")
+        lines.append("the model holds: NOT KNOWN (no case measured by the suite or the ncu step)")
     elif failed:
         lines.append("the model holds: NO — " + "; ".join(failed + not_checked))
     elif not unchecked:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -329,6 +330,28 @@ def test_a_step_is_not_started_when_the_deadline_would_pass(tmp_path):
     assert gc.read_steps(tmp_path)["suite"][0] == "not run"
 
 
+def test_a_step_is_not_started_with_less_left_than_the_longest_step_so_far(tmp_path, monkeypatch):
+    """On loaded cores a step took ~50 s and the next started with 40 s left: the phase's limit
+    killed it mid-way (TIMEOUT, and every later step unnamed). A step is not started with less
+    left than the phase's longest step so far; NOT RUN says so. A clock that moves 50 s a step."""
+    gc = _module()
+    clock = [0.0]
+    monkeypatch.setattr(gc, "time", types.SimpleNamespace(time=lambda: clock[0], monotonic=lambda: clock[0]))
+    check = gc.Check(tmp_path, deadline=120.0, no_cuda="no CUDA here (stand-in)")  # CPU steps: 5 s
+
+    def fifty_seconds():
+        clock[0] += 50.0
+
+    assert check.step("attention-bf16", fifty_seconds) == "ok"  # 120 s left
+    assert check.step("decode-bf16", fifty_seconds) == "ok"  # 70 s left, the longest 50 s
+    assert check.step("linear-bf16", fifty_seconds) == "not run"  # 20 s left
+    lines = (tmp_path / "summary.txt").read_text().splitlines()
+    assert (
+        lines[2]
+        == "NOT RUN linear-bf16: 20 s left before the deadline, under the 50 s of the longest step so far"
+    )
+
+
 # ---------------------------------------------------------------- the ncu phase: one launch
 
 
@@ -530,7 +553,9 @@ def test_the_verdict_says_no_and_why():
         "the model holds: NO — ncu's bytes outside 80%–125% of the model's: eager 60%; "
         "faster than the roof (over 105%): sdpa-cudnn 109%; held-out forecast error over 15%: median 30%"
     )
-    assert gc.verdict([], [])[-1] == "the model holds: NOT KNOWN (no case was measured)"
+    assert (
+        gc.verdict([], [])[-1] == "the model holds: NOT KNOWN (no case measured by the suite or the ncu step)"
+    )
 
 
 def test_the_verdict_says_exactly_which_parts_were_checked_and_why_not_the_others():
