@@ -90,9 +90,10 @@ class Check:
         self.work, self.deadline, self.no_cuda = work, deadline, no_cuda
         self.cuda = not no_cuda
         self.summary = summary or work / "summary.txt"
-        self.longest = 0.0
-        """The longest step of this phase so far (s): a later step is not started with less left
-        (the phase's limit would kill it mid-way; NOT RUN says so instead)."""
+        self.took: dict[str, float] = {}
+        """The longest step of each kind so far (s; the kind: a name's part before "-", attention
+        for attention-fp16): a step is not started with less left than its kind took (the phase's
+        limit would kill it mid-way; NOT RUN says so instead)."""
 
     def say(self, line: str) -> None:
         """A line in the summary (as it goes: a kill keeps it) and on stdout (gpu_check.sh passes
@@ -137,11 +138,12 @@ class Check:
             return self.not_run(
                 name, f"{max(0, self.left()):.0f} s left before the deadline, under {need:.0f} s"
             )
-        if self.left() < self.longest:
+        kind = name.split("-")[0]
+        if self.left() < self.took.get(kind, 0.0):
             return self.not_run(
                 name,
-                f"{max(0, self.left()):.0f} s left before the deadline, under the {self.longest:.0f} s "
-                "of the longest step so far",
+                f"{max(0, self.left()):.0f} s left before the deadline, under the {self.took[kind]:.0f} s "
+                f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind} step took",
             )
         log = self.work / f"{name}.log"
         t0 = time.monotonic()
@@ -158,7 +160,7 @@ class Check:
                 traceback.print_exc()
                 rc = 1
         took = time.monotonic() - t0
-        self.longest = max(self.longest, took)
+        self.took[kind] = max(self.took.get(kind, 0.0), took)
         _give_back_memory()  # the next step's memory limit is read from what the GPU has free
         text = log.read_text(encoding="utf-8", errors="replace")
         if rc != 0:

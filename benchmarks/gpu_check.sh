@@ -14,7 +14,7 @@
 #   measure  ceilings (measured once: every later step reads them), the quick suite (the records
 #            the report needs, so first), each implementation × dtype (bf16, fp16, fp32 with the
 #            tf32 switch), the timers (do_bench, CUDA events); a step is not started with less
-#            time left than it needs or than the phase's longest step so far (NOT RUN, said why)
+#            time left than it needs or than a step of its kind took (NOT RUN, said why)
 #   ncu      ONE ncu launch over every ncu case (a small linear, then decode and prefill in turn),
 #            its limit the phase's time left (none started when it could not finish: said why)
 #   report   one fit on two shapes in three: the third forecast, the fit's accuracy table, and

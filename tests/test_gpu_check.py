@@ -330,25 +330,29 @@ def test_a_step_is_not_started_when_the_deadline_would_pass(tmp_path):
     assert gc.read_steps(tmp_path)["suite"][0] == "not run"
 
 
-def test_a_step_is_not_started_with_less_left_than_the_longest_step_so_far(tmp_path, monkeypatch):
-    """On loaded cores a step took ~50 s and the next started with 40 s left: the phase's limit
-    killed it mid-way (TIMEOUT, and every later step unnamed). A step is not started with less
-    left than the phase's longest step so far; NOT RUN says so. A clock that moves 50 s a step."""
+def test_a_step_is_not_started_with_less_left_than_its_kind_took(tmp_path, monkeypatch):
+    """On loaded cores an attention step took ~50 s and the next started with 40 s left: the
+    phase's limit killed it mid-way (TIMEOUT, and every later step unnamed). A step is not
+    started with less left than a step of its kind took (attention-fp16 after attention-bf16);
+    NOT RUN says so, and a quicker kind still runs. A clock that moves as the steps say."""
     gc = _module()
     clock = [0.0]
     monkeypatch.setattr(gc, "time", types.SimpleNamespace(time=lambda: clock[0], monotonic=lambda: clock[0]))
     check = gc.Check(tmp_path, deadline=120.0, no_cuda="no CUDA here (stand-in)")  # CPU steps: 5 s
 
-    def fifty_seconds():
-        clock[0] += 50.0
+    def taking(seconds):
+        return lambda: clock.__setitem__(0, clock[0] + seconds)
 
-    assert check.step("attention-bf16", fifty_seconds) == "ok"  # 120 s left
-    assert check.step("decode-bf16", fifty_seconds) == "ok"  # 70 s left, the longest 50 s
-    assert check.step("linear-bf16", fifty_seconds) == "not run"  # 20 s left
+    assert check.step("attention-bf16", taking(50)) == "ok"  # 120 s left
+    assert check.step("linear-bf16", taking(10)) == "ok"  # 70 s left
+    assert check.step("attention-fp16", taking(50)) == "ok"  # 60 s left, 50 s needed
+    assert check.step("attention-fp32", taking(50)) == "not run"  # 10 s left
+    assert check.step("linear-fp16", taking(10)) == "ok"  # 10 s left, 10 s needed: a quicker kind
     lines = (tmp_path / "summary.txt").read_text().splitlines()
+    assert [ln.split()[0] for ln in lines] == ["ok", "ok", "ok", "NOT", "ok"]
     assert (
-        lines[2]
-        == "NOT RUN linear-bf16: 20 s left before the deadline, under the 50 s of the longest step so far"
+        lines[3]
+        == "NOT RUN attention-fp32: 10 s left before the deadline, under the 50 s an attention step took"
     )
 
 
