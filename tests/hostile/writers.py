@@ -136,6 +136,17 @@ def _lock_link_kept(result: Any, folder: Path) -> None:
     assert (folder / ".r.jsonl.lock").is_symlink() and not (folder / "r.jsonl").exists()
 
 
+def _one_line_wrote(name: str) -> Callable[[Any, Path], None]:
+    """The "wrote" line names the file on one line, its control characters escaped; the file is
+    written under its real name."""
+
+    def check(result: Any, folder: Path) -> None:
+        assert result.stdout.splitlines() == [f"wrote {folder}/{name}"], result.stdout
+        assert any(p.endswith(".svg") and "\n" in p for p in os.listdir(folder))
+
+    return check
+
+
 CHART = ("plot", "-o")
 REPORT = ("report", "-o")
 SERVE = ("serve-sim", "--model", "llama-3.1-8b", "--num-requests", "20", "--chart")
@@ -197,6 +208,8 @@ CASES: list[Case] = [
          ("measure", "ceilings", "--quick", "--cpu", "-o", "{dir}/c.json"), files={"mine.json": '{"mine": 1}'},
          setup=_linked("c.json", "mine.json"), error=("c.json", "mine.json", *FORCE), env=CPU,
          check=_unchanged("mine.json", '{"mine": 1}', link="c.json"), needs_torch=True),
+    Case("output path with escapes: wrote", (*CHART, "{dir}/a\nb\x1b.svg"), error=None,
+         check=_one_line_wrote("a\\nb\\x1b.svg")),
     # ---------------------------------------------------------------- names up to 255 bytes
     *(
         Case(f"plot -o a {size}-byte name", (*CHART, f"{{dir}}/{_long(size, '.svg')}"), error=None,

@@ -27,6 +27,7 @@ from attnroof.commands._common import (
 from attnroof.devices import Device, get_device
 from attnroof.dtypes import DType, dtype
 from attnroof.errors import InputError
+from attnroof.escaping import escaped
 from attnroof.sheet import SHAPE_DEFAULTS
 
 
@@ -182,7 +183,7 @@ def _plot_run(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(f"wrote {path}")
+        print(f"wrote {escaped(str(path))}")
     return 0
 
 
@@ -235,7 +236,7 @@ def _report_run(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(f"wrote {path}")
+        print(f"wrote {escaped(str(path))}")
     return 0
 
 
