@@ -100,19 +100,25 @@ def _run(model: Any, cfg: Any, tokens: int, cache: Any, counter: FlopCounterMode
         model(input_ids=ids, logits_to_keep=1, use_cache=True, past_key_values=cache)
 
 
+def _meta_model(cfg: Any) -> Any:
+    """transformers' model of ``cfg`` on the meta device, for inference (no parameter asks for a
+    gradient: see build() in test_transformers_flops.py); called inside ``torch.device("meta")``."""
+    return (
+        transformers.AutoModelForCausalLM.from_config(
+            cfg, attn_implementation="eager", experts_implementation="batched_mm"
+        )
+        .eval()
+        .requires_grad_(False)
+    )
+
+
 @functools.cache
 def decode_reference(name: str) -> int:
     """FlopCounterMode's count of one decode token at context :data:`PROMPT`."""
     cfg = transformers_config(name)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = (
-            transformers.AutoModelForCausalLM.from_config(
-                cfg, attn_implementation="eager", experts_implementation="batched_mm"
-            )
-            .eval()
-            .requires_grad_(False)
-        )  # see build() in test_transformers_flops.py
+        model = _meta_model(cfg)
         cache = transformers.DynamicCache(config=cfg)
         _run(model, cfg, PROMPT - 1, cache)
         counter = FlopCounterMode(display=False)
@@ -151,13 +157,7 @@ def reference(name: str) -> tuple[int, int]:
     cfg = transformers_config(name)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = (
-            transformers.AutoModelForCausalLM.from_config(
-                cfg, attn_implementation="eager", experts_implementation="batched_mm"
-            )
-            .eval()
-            .requires_grad_(False)
-        )  # see build() in test_transformers_flops.py
+        model = _meta_model(cfg)
         ids = torch.zeros(1, PROMPT, dtype=torch.long, device="meta")
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
