@@ -179,10 +179,8 @@ def _ceilings_run(args: argparse.Namespace) -> int:
         return 0
     from attnroof.text.measure import ceilings_table
 
-    print(f"ceilings of {dev.label}" + (f", beside {catalog.name}" if catalog else ""))
-    print()
-    print(ceilings_table(rows))
-    print()
+    print(f"ceilings of {dev.label}" + (f", beside {catalog.name}" if catalog else ""), "", sep="\n")
+    print(ceilings_table(rows), "", sep="\n")
     print(f"roof: {device.notes}; peaks per dtype = best matmul")
     if args.output:
         out = escaped(args.output)
