@@ -78,6 +78,11 @@ def _noted(needle: str) -> Any:
     return check
 
 
+GRID = ("model", "--model", "llama-3.1-8b", "--device", "h100", "--sweep-batch", FIVE_THOUSAND,
+        "--sweep-context", FIVE_THOUSAND)  # fmt: skip
+"""A 5,000 × 5,000 grid of batch × context (MemoryError at 6 GB once)."""
+
+
 CASES: list[Case] = [
     # ------------------------------------------------------------ serve-sim: ranges, both ends
     Case("--seed -1", (*S, "--seed", "-1"), error=("--seed", "'-1'", "below 0", "numpy")),
@@ -175,17 +180,7 @@ CASES: list[Case] = [
     ),
     Case(
         "model grid 5,000 × 5,000 (MemoryError at 6 GB)",
-        (
-            "model",
-            "--model",
-            "llama-3.1-8b",
-            "--device",
-            "h100",
-            "--sweep-batch",
-            FIVE_THOUSAND,
-            "--sweep-context",
-            FIVE_THOUSAND,
-        ),
+        GRID,
         # 2.5e7 points × (400 + 14 stages × 40) B
         error=(
             "5,000 batches × 5,000 contexts (25,000,000 points)",
@@ -196,18 +191,7 @@ CASES: list[Case] = [
     ),
     Case(
         "model grid 5,000 × 5,000 as JSON",
-        (
-            "model",
-            "--model",
-            "llama-3.1-8b",
-            "--device",
-            "h100",
-            "--sweep-batch",
-            FIVE_THOUSAND,
-            "--sweep-context",
-            FIVE_THOUSAND,
-            "--json",
-        ),
+        (*GRID, "--json"),
         error=("25,000,000 points", "would need about 54 GB"),  # 2.5e7 × (1,600 + 14 × 40) B
         env=BUDGET,
     ),
