@@ -383,23 +383,12 @@ def test_idle_and_slow_sockets_hold_nobody_up():
         idle = [_connect(site) for _ in range(n_idle)]
         slow = [_connect(site, b"GET /api/devices HTTP/1.1\r\nHo") for _ in range(n_slow)]
         bodies = [_connect(site, _head(site, "Content-Length: 100") + b'{"par') for _ in range(20)]
-        stop = threading.Event()
-
-        def trickle() -> None:
-            while not stop.wait(1.0):
-                for s in slow:
-                    with contextlib.suppress(OSError):
-                        s.send(b"x")
-
-        pacer = threading.Thread(target=trickle, daemon=True)
-        pacer.start()
         try:
-            for _ in range(20):
-                devices_ok(*site.request("GET", "/api/devices?name=H100+SXM")[::2])
-            assert all(_open(s) for s in idle + slow + bodies)  # all still waiting
+            with _trickling(slow, 1.0):
+                for _ in range(20):
+                    devices_ok(*site.request("GET", "/api/devices?name=H100+SXM")[::2])
+                assert all(_open(s) for s in idle + slow + bodies)  # all still waiting
         finally:
-            stop.set()
-            pacer.join(5)
             for s in idle + slow + bodies:
                 s.close()
 
@@ -411,25 +400,35 @@ def test_idle_and_slow_sockets_are_cut_off():
         idle = [_connect(site) for _ in range(10)]
         slow = [_connect(site, b"GET / HTTP/1.1\r\n") for _ in range(10)]
         bodies = [_connect(site, _head(site, "Content-Length: 100") + b'{"par') for _ in range(10)]
-        stop = threading.Event()
-
-        def trickle() -> None:
-            while not stop.wait(0.2):
-                for s in slow:
-                    with contextlib.suppress(OSError):
-                        s.send(b"x")
-
-        pacer = threading.Thread(target=trickle, daemon=True)
-        pacer.start()
         try:
-            for s in idle + slow + bodies:
-                _until(lambda s=s: not _open(s))
+            with _trickling(slow, 0.2):
+                for s in idle + slow + bodies:
+                    _until(lambda s=s: not _open(s))
         finally:
-            stop.set()
-            pacer.join(5)
             for s in idle + slow + bodies:
                 s.close()
         devices_ok(*site.request("GET", "/api/devices?name=H100+SXM")[::2])
+
+
+@contextlib.contextmanager
+def _trickling(socks: list[socket.socket], every_s: float) -> Iterator[None]:
+    """A byte to each of ``socks`` every ``every_s`` seconds while the block runs (a slow client
+    that never finishes its request)."""
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(every_s):
+            for s in socks:
+                with contextlib.suppress(OSError):
+                    s.send(b"x")
+
+    pacer = threading.Thread(target=trickle, daemon=True)
+    pacer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        pacer.join(5)
 
 
 def _connect(site: Site, first: bytes = b"") -> socket.socket:
