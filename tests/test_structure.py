@@ -230,6 +230,7 @@ PACKAGE_RANKS = [
     {"ops"},
     {"roofline", "row", "footprint"},
     {"operators", "solve"},
+    {"profiles"},  # efficiency profiles and a kernel's forecast (issue 34)
     {"attnroof", "analysis", "passes"},
     {"sheet", "sheet_backward", "model"},
     {"beyond"},  # attention beyond softmax (issue 23): the variants, and the hybrids' caches

@@ -13,6 +13,7 @@ one call, and placing one shape never imports numpy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +64,17 @@ class Roof:
     def time(self, flops: Num, nbytes: Num) -> Num:
         """Seconds: max(F/P, bytes/B), the lower bound on the kernel's run time."""
         return arrays.maximum(flops / self.peak_flops_per_s, nbytes / self.bandwidth_bytes_per_s)
+
+    def kernel_time(self, flops: Num, nbytes: Num, kernel: Mapping[str, Any] | None = None) -> Num:
+        """Seconds one kernel takes on this roof: here its bound, :meth:`time`. A forecast's roof
+        (:class:`attnroof.profiles.kernels.ForecastRoof`) answers with the time a real kernel of
+        that ``kernel`` shape takes (:meth:`attnroof.operators.Operator.kernel_shape`)."""
+        return self.time(flops, nbytes)
+
+    @property
+    def forecasts(self) -> bool:
+        """Whether :meth:`kernel_time` is a forecast rather than the bound."""
+        return False
 
     def compute_bound(self, intensity: Num) -> Num:
         """True where the compute roof is the lower one (I ≥ ridge)."""

@@ -68,7 +68,7 @@ class OpResult:
 def kernel_time(op: Op, roof: Roof) -> Any:
     """One run's time bound, Σ over ``op``'s kernels of max(F/P, bytes/B): a number, or an array
     for an operator costed on arrays of shapes (:func:`place_op`'s ``time_s``, element by element)."""
-    return sum(roof.time(stage.flops, stage.bytes) for stage in op.cost)
+    return sum(roof.kernel_time(stage.flops, stage.bytes, op.kernel) for stage in op.cost)
 
 
 def place_op(op: Op, roof: Roof) -> OpResult:
@@ -78,13 +78,14 @@ def place_op(op: Op, roof: Roof) -> OpResult:
         f, b = stage.flops, stage.bytes
         if type(f) in (int, float) and type(b) in (int, float) and b > 0:
             # a number: the roof's own time and limiter, without a whole Placement
-            t = roof.time(float(f), float(b))
+            t = roof.kernel_time(float(f), float(b), op.kernel)
             time += t
             mem_time += t if roof.limiter(float(f) / float(b)) == MEMORY else 0.0
             continue
         p = place((f, b), roof)
-        time += p.time_s
-        mem_time += p.time_s if p.limiter == MEMORY else 0.0
+        t = roof.kernel_time(f, b, op.kernel) if roof.forecasts else p.time_s
+        time += t
+        mem_time += t if p.limiter == MEMORY else 0.0
     flops, nbytes = float(op.cost.flops), float(op.cost.bytes)
     return OpResult(
         op.name, op.count, flops, nbytes, time, mem_time, op.attention, op.layer_kind, op.operator

@@ -5,8 +5,9 @@ tokens and dtypes into the formula's arguments). :func:`model_ops` runs them ove
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Cost, Num
 from attnroof.model.layers import LAYER, Precision, Step, layer_table
@@ -30,6 +31,8 @@ class Op:
     attention: bool = False
     layer_kind: str = LAYER
     operator: str = ""
+    kernel: Mapping[str, Any] = field(default_factory=dict)
+    """What a forecast needs beside the cost (:meth:`attnroof.operators.Operator.kernel_shape`)."""
 
 
 def model_ops(
@@ -56,6 +59,14 @@ def model_ops(
         phase, batch, context, prec or Precision(), fused, softmax_flops_per_element, routing, latent_form
     )
     return [
-        Op(i.name, rule(i).cost(i, step), i.count, is_attention(i), i.layer_kind, i.operator)
+        Op(
+            i.name,
+            rule(i).cost(i, step),
+            i.count,
+            is_attention(i),
+            i.layer_kind,
+            i.operator,
+            rule(i).kernel_shape(i, step),
+        )
         for i in layer_table(model, shard)
     ]

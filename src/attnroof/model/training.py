@@ -104,7 +104,15 @@ def train_ops(
         )
 
     def op(i: OpInstance, cost: Cost, name: str | None = None) -> Op:
-        return Op(name or i.name, cost, i.count, is_attention(i), i.layer_kind, i.operator)
+        return Op(
+            name or i.name,
+            cost,
+            i.count,
+            is_attention(i),
+            i.layer_kind,
+            i.operator,
+            rule(i).kernel_shape(i, step),
+        )
 
     out = [(FORWARD, op(i, rule(i).cost(i, step))) for i in rows]
     for i in rows:

@@ -1,0 +1,385 @@
+"""Efficiency profiles: how close real kernels and collectives come to their roofs, as data.
+
+A bound says what no kernel can beat; a forecast says what a real one takes. attnroof's forecast
+is the bound's own arithmetic with a profile's figures applied (:mod:`attnroof.profiles.kernels`):
+fractions of a roof real kernels reach, the fixed cost of a launch, the share of communication
+frameworks hide, an engine's host time per step. A profile is one TOML file per device family and
+dtype under ``profiles/data/``, and **every number in it names where it came from**: a public
+source (``[sources]`` of the same file: title, address, date, where in it) or the fit that produced
+it (``scripts/fit_profiles.py``: which rows of ``data/public/``, what was minimised, the held-out
+error). A figure is a table ``{ value = 0.71, source = "mamf", note = "..." }``; a bare number is
+refused when the file is read, so no figure can arrive without its origin.
+
+The identity profile (:data:`IDENTITY`: every fraction 1, every fixed cost 0, every collective
+hidden, no tile or wave rounding) turns each forecast back into its bound, to the last digit.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from attnroof.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where figures came from: a publication (title, url, date, where in it) or a fit."""
+
+    id: str
+    title: str
+    url: str = ""
+    date: str = ""
+    where: str = ""
+    notes: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "title": self.title, "url": self.url, "date": self.date, "where": self.where}
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One number of a profile and its origin (a source id of the file)."""
+
+    value: float
+    source: str
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """A dense GEMM C[t×m] = A[t×k]·B[k×m] (t the tokens): ``ceiling`` of the matmul peak at
+    large shapes, ``k_half`` the depth at which half of it is lost to each tile's prologue and
+    epilogue (η = ceiling · k/(k + k_half)), output tiles ``tile_t × tile_m`` rounded up over the
+    SMs in whole waves, and ``launch_s`` per call."""
+
+    ceiling: float = 1.0
+    k_half: float = 0.0
+    tile_t: int = 1
+    tile_m: int = 1
+    memory: float = 1.0
+    """Fraction of the memory roof a GEMM's operand stream reaches (a memory-bound, skinny GEMM)."""
+    launch_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Fused attention (prefill, training): ``ceiling`` per head dimension (log-interpolated
+    between those given), ``s_half`` the key length at which half of it is lost (short sequences
+    fill few tiles), causal diagonal tiles of ``block`` rows computed whole; ``decode`` the
+    fraction of the memory roof split-KV decode reaches; ``launch_s`` per call."""
+
+    ceiling: Mapping[int, float] = field(default_factory=lambda: {0: 1.0})
+    s_half: float = 0.0
+    block: int = 0
+    """0: the causal mask's exact half (no whole tiles)."""
+    memory: float = 1.0
+    decode: float = 1.0
+    launch_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Memory-bound kernels (norms, activations, adds, copies): ``fraction`` of the memory roof,
+    ``cache`` of the cache's (bytes the bound charges at the cache bandwidth), ``launch_s`` per
+    call."""
+
+    fraction: float = 1.0
+    cache: float = 1.0
+    launch_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Collectives on one link class: ``fraction`` of the link roof's bandwidth a large message
+    reaches (nccl-tests' bus bandwidth over the one-way link figure), ``latency`` a factor on
+    the bound's per-call and per-step latencies (≥ 1)."""
+
+    fraction: float = 1.0
+    latency: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """The share of communication real frameworks hide behind compute, per kind of collective
+    (1: all of it, as the bound assumes; 0: none)."""
+
+    tensor: float = 1.0
+    """Tensor (and sequence, expert) parallel collectives inside a layer."""
+    data: float = 1.0
+    """The data-parallel gradient (and ZeRO weight) sync."""
+    pipeline: float = 1.0
+    """Pipeline sends between stages."""
+    context: float = 1.0
+    """The context-parallel K/V ring, behind attention."""
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    """A serving engine's host time per scheduler step (s), per engine; ``default`` for others."""
+
+    step_s: Mapping[str, float] = field(default_factory=dict)
+    default_s: float = 0.0
+
+    def step(self, engine: str = "") -> float:
+        return self.step_s.get(engine, self.default_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    """The profile's held-out error per level (fractions: 0.18 = ±18%), median and p90."""
+
+    median: Mapping[str, float] = field(default_factory=dict)
+    p90: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, level: str) -> float | None:
+        return self.median.get(level)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """One device family at one dtype: every efficiency the forecasts apply."""
+
+    name: str
+    dtype: str
+    vendor: str = ""
+    nearest: tuple[str, ...] = ()
+    """Catalog devices with no family of their own that this family stands in for (an H800 for
+    the H100's), each said so where it is used."""
+    vendor_default: bool = False
+    """The family that stands in for any other device of its vendor."""
+    devices: Mapping[str, int] = field(default_factory=dict)
+    """Member devices (catalog names) and their SM/CU counts (0: not known)."""
+    gemm: Gemm = Gemm()
+    attention: Attention = Attention()
+    memory: Memory = Memory()
+    scaleup: Link = Link()
+    scaleout: Link = Link()
+    overlap: Overlap = Overlap()
+    host: Host = Host()
+    error: Error = Error()
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    figures: Mapping[str, Figure] = field(default_factory=dict)
+    """Every number read, by its dotted path (``gemm.ceiling``), with its origin."""
+    basis: str = ""
+    """How the profile was chosen for this device ("profile h100", "nearest family h100")."""
+
+    def sms(self, device: str) -> int:
+        """The SM/CU count of ``device`` (0 where the profile does not know it: no wave rounding)."""
+        return self.devices.get(device, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "basis": self.basis,
+            "error": {"median": dict(self.error.median), "p90": dict(self.error.p90)},
+        }
+
+
+IDENTITY = Profile("identity", "any", basis="identity (every efficiency 1: the bound)")
+"""Every fraction 1, every fixed cost 0, everything hidden: each forecast equals its bound."""
+
+
+# ---------------------------------------------------------------- reading a profile file
+
+_SECTIONS: dict[str, tuple[type, dict[str, type]]] = {
+    "gemm": (
+        Gemm,
+        {"ceiling": float, "k_half": float, "tile_t": int, "tile_m": int, "memory": float, "launch_s": float},
+    ),
+    "attention": (
+        Attention,
+        {"s_half": float, "block": int, "memory": float, "decode": float, "launch_s": float},
+    ),
+    "memory": (Memory, {"fraction": float, "cache": float, "launch_s": float}),
+    "scaleup": (Link, {"fraction": float, "latency": float}),
+    "scaleout": (Link, {"fraction": float, "latency": float}),
+    "overlap": (Overlap, {"tensor": float, "data": float, "pipeline": float, "context": float}),
+}
+_FRACTIONS = {"ceiling", "memory", "decode", "fraction", "cache", "tensor", "data", "pipeline", "context"}
+"""Figures that are a share of a roof: in (0, 1]; a forecast is never below its bound."""
+
+
+def _bad(path: str, what: str) -> InputError:
+    return InputError(f"{path}: {what}", param="profile")
+
+
+def _figure(where: str, key: str, raw: Any, sources: Mapping[str, Source], kind: type) -> Figure:
+    """``raw`` = ``{ value = ..., source = "id" }``, checked: a number with a known source, a
+    fraction in (0, 1], a cost or size ≥ 0 (a multiplier on latency ≥ 1)."""
+    path = f"{where}.{key}"
+    if not isinstance(raw, dict) or "value" not in raw or "source" not in raw:
+        raise _bad(
+            path, "must be a table { value = ..., source = ... }: a number without its origin is refused"
+        )
+    value, src = raw["value"], raw["source"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _bad(path, f"value {value!r} is not a number")
+    if src not in sources:
+        raise _bad(path, f"source {src!r} is not one of the file's [sources]")
+    value = float(value)
+    if not value == value or value in (float("inf"), float("-inf")):
+        raise _bad(path, f"value {value} is not finite")
+    if key in _FRACTIONS and not 0 < value <= 1:
+        raise _bad(path, f"value {value} must be a fraction in (0, 1]: a real kernel does not beat its roof")
+    if key == "latency" and value < 1:
+        raise _bad(path, f"value {value} must be at least 1 (a factor on the bound's latency)")
+    if value < 0:
+        raise _bad(path, f"value {value} must not be negative")
+    if kind is int and value != int(value):
+        raise _bad(path, f"value {value} must be a whole number")
+    return Figure(value, src, str(raw.get("note", "")))
+
+
+def parse(text: str, origin: str) -> Profile:
+    """A profile from its TOML text; :class:`InputError` naming the file and field otherwise."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise _bad(origin, f"not TOML ({e})") from None
+    raw_sources = doc.get("sources", {})
+    if not isinstance(raw_sources, dict):
+        raise _bad(origin, "[sources] must be a table of sources")
+    sources = {}
+    for sid, s in raw_sources.items():
+        if not isinstance(s, dict) or not s.get("title"):
+            raise _bad(f"{origin}: sources.{sid}", "needs a title")
+        sources[sid] = Source(
+            sid,
+            str(s["title"]),
+            str(s.get("url", "")),
+            str(s.get("date", "")),
+            str(s.get("where", "")),
+            str(s.get("notes", "")),
+        )
+    figures: dict[str, Figure] = {}
+    built: dict[str, Any] = {}
+    for section, (cls, keys) in _SECTIONS.items():
+        table = doc.get(section, {})
+        unknown = sorted(set(table) - set(keys) - ({"ceiling"} if section == "attention" else set()))
+        if unknown:
+            raise _bad(f"{origin}: {section}.{unknown[0]}", f"unknown field (known: {', '.join(keys)})")
+        values: dict[str, Any] = {}
+        for key, kind in keys.items():
+            if key in table:
+                fig = _figure(f"{origin}: {section}", key, table[key], sources, kind)
+                figures[f"{section}.{key}"] = fig
+                values[key] = kind(fig.value)
+        if section == "attention" and "ceiling" in table:
+            per_d = table["ceiling"]
+            if not isinstance(per_d, dict) or not per_d:
+                raise _bad(f"{origin}: attention.ceiling", "must be a table of head dimension = figure")
+            ceil = {}
+            for d, raw in per_d.items():
+                if not str(d).isdigit() or int(d) <= 0:
+                    raise _bad(
+                        f"{origin}: attention.ceiling.{d}", "a head dimension must be a positive whole number"
+                    )
+                fig = _figure(f"{origin}: attention.ceiling", str(d), raw, sources, float)
+                if not 0 < fig.value <= 1:
+                    raise _bad(
+                        f"{origin}: attention.ceiling.{d}", f"value {fig.value} must be a fraction in (0, 1]"
+                    )
+                figures[f"attention.ceiling.{d}"] = fig
+                ceil[int(d)] = fig.value
+            values["ceiling"] = ceil
+        built[section] = cls(**values)
+    devices = {}
+    for name, raw in doc.get("devices", {}).items():
+        fig = _figure(f"{origin}: devices", name, raw, sources, int)
+        figures[f"devices.{name}"] = fig
+        devices[name] = int(fig.value)
+    host = doc.get("host", {})
+    steps = {}
+    for engine, raw in host.get("step_s", {}).items():
+        fig = _figure(f"{origin}: host.step_s", engine, raw, sources, float)
+        figures[f"host.step_s.{engine}"] = fig
+        steps[engine] = fig.value
+    default = (
+        _figure(f"{origin}: host", "default_s", host["default_s"], sources, float).value
+        if "default_s" in host
+        else 0.0
+    )
+    err: dict[str, dict[str, float]] = {"median": {}, "p90": {}}
+    for which in err:
+        for level, raw in doc.get("error", {}).get(which, {}).items():
+            fig = _figure(f"{origin}: error.{which}", level, raw, sources, float)
+            figures[f"error.{which}.{level}"] = fig
+            err[which][level] = fig.value
+    error = Error(err["median"], err["p90"])
+    name, dt = doc.get("name"), doc.get("dtype")
+    if not isinstance(name, str) or not isinstance(dt, str):
+        raise _bad(origin, 'needs name = "..." and dtype = "..."')
+    return Profile(
+        name,
+        dt,
+        str(doc.get("vendor", "")),
+        tuple(doc.get("nearest", ())),
+        bool(doc.get("vendor_default", False)),
+        devices,
+        built["gemm"],
+        built["attention"],
+        built["memory"],
+        built["scaleup"],
+        built["scaleout"],
+        built["overlap"],
+        Host(steps, default),
+        error,
+        sources,
+        figures,
+    )
+
+
+def read(path: str | Path) -> Profile:
+    """A profile file (a user's own, or one of the package's)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{p}: cannot read the profile ({e.strerror})", param="profile") from None
+    return parse(text, str(p))
+
+
+def shipped() -> list[Profile]:
+    """The profiles shipped in the package, in file order."""
+    files = sorted(
+        (
+            f
+            for f in resources.files("attnroof.profiles").joinpath("data").iterdir()
+            if f.name.endswith(".toml")
+        ),
+        key=lambda f: f.name,
+    )
+    return [parse(f.read_text(encoding="utf-8"), f"profiles/data/{f.name}") for f in files]
+
+
+def choose(device: str, vendor: str, dt: str, profiles: list[Profile] | None = None) -> Profile | None:
+    """The profile that forecasts ``device`` (a catalog name) at ``dt``, its ``basis`` saying how
+    it was chosen: the family the device belongs to; else the family that names it as its
+    nearest; else its vendor's default family — both said so; the dtype's own file, else the
+    family's bf16 file, said so (its efficiencies are then fractions of this dtype's roofs).
+    ``None`` where none applies (another vendor's families are not borrowed)."""
+    profiles = shipped() if profiles is None else profiles
+    ways = (
+        ("", [p for p in profiles if device in p.devices]),
+        ("nearest family: ", [p for p in profiles if device in p.nearest]),
+        (
+            f"no {vendor} family of its own: ",
+            [p for p in profiles if vendor and p.vendor == vendor and p.vendor_default],
+        ),
+    )
+    how, mine = next(((h, m) for h, m in ways if m), ("", []))
+    if not mine:
+        return None
+    same = [p for p in profiles if p.name == mine[0].name]
+    exact = [p for p in same if p.dtype == dt]
+    chosen = (exact or [p for p in same if p.dtype == "bf16"] or same)[0]
+    basis = f"{how}profile {chosen.name} {chosen.dtype}"
+    if chosen.dtype != dt:
+        basis += f" (no {dt} profile: its fractions of the {dt} roofs)"
+    return replace(chosen, basis=basis)
