@@ -10,7 +10,7 @@ from attnroof.analysis import (
     Comparison,
     stage_json,
 )
-from attnroof.commands import _calibration
+from attnroof.commands import _calibration, _forecast
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -148,6 +148,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -165,6 +166,18 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
         **extra,
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
+    fc_roof = _forecast.forecast_roof(args, dev, dt, roof)
+    queries = 1 if kind == "decode" else args.s
+    units = args.batch * args.heads
+    ahead = (
+        {}
+        if fc_roof is None
+        else {
+            label: _forecast.cost_forecast(fc_roof, v.cost, queries=queries, keys=args.s, d=args.d, units=units,
+                                           causal=bool(extra.get("causal")))
+            for label, v in (("unfused", cmp.unfused), ("fused", cmp.fused))
+        }
+    )  # fmt: skip
     cal = _calibration.load(args, dev, dt)
     fc = None
     if cal is not None:
@@ -175,16 +188,19 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
         fc = _calibration.predicted(args, cal, kind, {**shape, "causal": bool(extra.get("causal"))})
     if args.json:
         pred = {} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}
-        emit_json(
-            {
-                "device": dev.name,
-                "dtype": dt.name,
-                **_shape_json(args),
-                **pass_json(args),
-                **cmp.to_json(),
-                **pred,
-            }
-        )
+        out = {
+            "device": dev.name,
+            "dtype": dt.name,
+            **_shape_json(args),
+            **pass_json(args),
+            **cmp.to_json(),
+            **pred,
+        }
+        for label, t in ahead.items():
+            bound = getattr(cmp, label).placement.time_s
+            out[label]["forecast_time_s"] = t
+            out[label]["forecast"] = _forecast.forecast_json(fc_roof.profile, "kernel", t, bound)
+        emit_json(out)
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
         text = comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof))
@@ -193,6 +209,13 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
 
             text += "\n\n" + recompute_note(cmp)
         print(text)
+        if ahead:
+            from attnroof.text.forecast import forecast_line
+
+            print()
+            for label, t in ahead.items():
+                bound = getattr(cmp, label).placement.time_s
+                print(forecast_line(fc_roof.profile, "kernel", t, bound, label))
         if fc is not None:
             print("\n" + _calibration.predicted_text(fc, cmp.fused.placement.time_s, cal))
     return 0
@@ -231,6 +254,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -270,6 +294,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -303,6 +328,11 @@ def _linear_run(args: argparse.Namespace) -> int:
         if cal is None
         else _calibration.predicted(args, cal, "linear", {"n": args.n, "k": args.k, "m": args.m})
     )
+    fc_roof = _forecast.forecast_roof(args, dev, dt, roof)
+    ahead = None
+    if fc_roof is not None:
+        kernel = {"kernel": "gemm", "t": args.n, "k": args.k, "m": args.m}
+        ahead = sum(fc_roof.kernel_time(st.flops, st.bytes, kernel) for st in cost.stages)
     if args.json:
         emit_json(
             {
@@ -317,8 +347,12 @@ def _linear_run(args: argparse.Namespace) -> int:
                 "stages": [stage_json(s) for s in cost],
                 "crossover": {"n_min": cross.s_min, **cross.to_json()},
                 **({} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}),
+                **({} if ahead is None else {
+                    "forecast_time_s": ahead,
+                    "forecast": _forecast.forecast_json(fc_roof.profile, "kernel", ahead, p.time_s),
+                }),
             }
-        )
+        )  # fmt: skip
         return 0
     text = linear_text(args.n, args.k, args.m, dev, roof, p, cross)
     if args.pass_ != "fwd":
@@ -326,6 +360,10 @@ def _linear_run(args: argparse.Namespace) -> int:
 
         text = linear_pass_text(args.pass_, text, cost, roof)
     print(text)
+    if ahead is not None:
+        from attnroof.text.forecast import forecast_line
+
+        print("\n" + forecast_line(fc_roof.profile, "kernel", ahead, p.time_s))
     if fc is not None:
         print("\n" + _calibration.predicted_text(fc, p.time_s, cal))
     return 0

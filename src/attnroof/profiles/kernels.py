@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from attnroof import arrays
-from attnroof.cost import Num
+from attnroof.cost import Cost, Num
+from attnroof.ops.attention import FUSED, PV, QK
 from attnroof.profiles import IDENTITY, Attention, Gemm, Memory, Profile
 from attnroof.roofline import Roof
 
@@ -187,3 +188,35 @@ class ForecastRoof(Roof):
         if kind in (GEMM, ATTENTION, DECODE, MEMORY):
             return kernel_time(self.profile, kind, self, flops, nbytes, **shape)
         return memory_time(self.profile.memory, self, flops, nbytes)
+
+
+def attention_kernels(
+    cost: Cost, *, queries: Num, keys: Num, d: int, units: Num, causal: bool
+) -> list[dict[str, Any]]:
+    """The kernel each stage of one attention cost is (the ``attention`` and ``decode``
+    commands' stage tables): the fused kernel as fused attention over ``keys`` (``decode`` for a
+    query or a few against a cache); unfused, Q·Kᵀ and P·V as GEMMs batched over ``units``
+    (batch × heads: ``queries × d → keys`` and ``queries × keys → d`` each) and the softmax and
+    mask as memory passes."""
+    few = arrays.is_scalar(queries) and queries <= 16
+    out: list[dict[str, Any]] = []
+    for st in cost.stages:
+        if st.name == FUSED:
+            out.append(
+                {"kernel": DECODE} if few else {"kernel": ATTENTION, "d": d, "s": keys, "causal": causal}
+            )
+        elif st.name == QK:
+            out.append({"kernel": GEMM, "t": queries * units, "k": d, "m": keys})
+        elif st.name == PV:
+            out.append({"kernel": GEMM, "t": queries * units, "k": keys, "m": d})
+        else:
+            out.append({"kernel": MEMORY})
+    return out
+
+
+def cost_time(roof: Roof, cost: Cost, kernels: list[dict[str, Any]]) -> Num:
+    """Σ over ``cost``'s stages of each one's time on ``roof`` as kernel ``kernels[i]``."""
+    total: Num = 0.0
+    for st, k in zip(cost.stages, kernels, strict=True):
+        total = total + roof.kernel_time(st.flops, st.bytes, k)
+    return total
