@@ -77,3 +77,12 @@ def cost_forecast(roof: Any, cost: Any, **shape: Any) -> float:
     from attnroof.profiles.kernels import attention_kernels, cost_time
 
     return float(cost_time(roof, cost, attention_kernels(cost, **shape)))
+
+
+def step_totals_json(totals: Any, batch: int, phase: str) -> dict[str, Any]:
+    """A forecast step's figures for a step's ``totals``: its time and the rates from it."""
+    return {
+        "forecast_time_s": totals.time_s,
+        "forecast_tokens_per_s": batch / totals.time_s if phase == "decode" else None,
+        "forecast_ttft_s": totals.time_s if phase == "prefill" else None,
+    }

@@ -4,10 +4,11 @@ or spread over many."""
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnroof.commands import _calibration
+from attnroof.commands import _calibration, _forecast
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -92,6 +93,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
     add_parallel_args(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -125,14 +127,20 @@ class _Job:
         """How experts are routed and latent attention decoded."""
         return {"routing": self.args.routing, "latent_form": self.args.mla}
 
-    def analyse(self, batch: int) -> ModelAnalysis:
+    def analyse(self, batch: int, roof: Roof | None = None) -> ModelAnalysis:
+        """The step at ``batch`` on the bound's roof (or on ``roof``: a forecast's)."""
         from attnroof.model.analysis import analyse
 
         a = self.args
         return analyse(
-            self.model, a.phase, batch, a.context, self.roof, self.prec,
+            self.model, a.phase, batch, a.context, roof or self.roof, self.prec,
             capacity_bytes=self.device.capacity_bytes, fused=self.fused, **self.options,
         )  # fmt: skip
+
+    @functools.cached_property
+    def forecast_roof(self) -> Any:
+        """The roof with ``--profile``'s efficiencies, or ``None`` (no profile: the bound alone)."""
+        return _forecast.forecast_roof(self.args, self.device, self.dt, self.roof)
 
     def json_head(self) -> dict[str, Any]:
         from attnroof.model.layers import config_json
@@ -241,12 +249,18 @@ def _check_calibration_use(args: argparse.Namespace) -> None:
 def _single(job: _Job) -> int:
     batch = job.args.batch
     a = job.analyse(batch)
+    f = None if job.forecast_roof is None else job.analyse(batch, job.forecast_roof)
     cal = _calibration.load(job.args, job.device, job.dt)
     pred = None if cal is None else _calibration.step(job.args, cal, job.model, job.prec, job.fused, a)
     if job.args.json:
         ops = [o.to_json() for o in a.ops]
         totals, mem = a.totals.to_json(), a.memory.to_json()
         extra = {} if pred is None else {"predicted": pred}
+        if f is not None:
+            for o, fo in zip(ops, f.ops, strict=True):
+                o["forecast_time_s"] = fo.time_s
+            totals |= _forecast.step_totals_json(f.totals, batch, job.args.phase)
+            extra["forecast"] = _forecast.forecast_json(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s)
         emit_json(
             {**job.json_head(), "batch": batch, "ops": ops, "totals": totals, "memory": mem, "notes": a.notes}
             | extra
@@ -255,6 +269,10 @@ def _single(job: _Job) -> int:
     from attnroof.text.model import step_text
 
     print(step_text(job.setting, a))
+    if f is not None:
+        from attnroof.text.forecast import forecast_line
+
+        print("\n" + forecast_line(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s, "step"))
     if pred is not None:
         print("\n" + _calibration.step_text(pred, a.totals.time_s, batch, job.args.phase == "decode"))
     return 0
