@@ -176,7 +176,9 @@ class Operator:
             if step.phase != PREFILL:
                 return {"kernel": "decode"}
             s = step.context * row.shape.get("context_shards", 1)
-            d = row.shape.get("head_dim") or row.shape.get("qk_rope_head_dim", 0) + row.shape.get("qk_nope_head_dim", 0)
+            d = row.shape.get("head_dim") or row.shape.get("qk_rope_head_dim", 0) + row.shape.get(
+                "qk_nope_head_dim", 0
+            )
             return {"kernel": "attention", "d": d or 128, "s": s, "causal": True}
         return {"kernel": "memory" if self.kind == MEMORY_PASS else "collective"}
 

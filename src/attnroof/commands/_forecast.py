@@ -86,3 +86,22 @@ def step_totals_json(totals: Any, batch: int, phase: str) -> dict[str, Any]:
         "forecast_tokens_per_s": batch / totals.time_s if phase == "decode" else None,
         "forecast_ttft_s": totals.time_s if phase == "prefill" else None,
     }
+
+
+def spread_totals_json(
+    s: Any, time_s: float, model: Any, context: int, peak_flops_per_s: float
+) -> dict[str, Any]:
+    """A plan's forecast figures for its totals: the step's time, tokens/s, and for a training
+    step the MFU over all its devices (PaLM's model FLOPs, as the bound's ``mfu`` counts them)."""
+    out: dict[str, Any] = {"forecast_time_s": time_s}
+    if s.phase == "train":
+        from attnroof.model.training import model_flops
+
+        tokens = s.batch * context
+        out["forecast_tokens_per_s"] = tokens / time_s
+        out["forecast_mfu"] = float(model_flops(model, s.batch, context)) / (
+            s.plan.devices * time_s * peak_flops_per_s
+        )
+    elif s.phase == "decode":
+        out["forecast_tokens_per_s"] = s.batch / time_s
+    return out

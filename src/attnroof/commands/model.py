@@ -260,7 +260,9 @@ def _single(job: _Job) -> int:
             for o, fo in zip(ops, f.ops, strict=True):
                 o["forecast_time_s"] = fo.time_s
             totals |= _forecast.step_totals_json(f.totals, batch, job.args.phase)
-            extra["forecast"] = _forecast.forecast_json(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s)
+            extra["forecast"] = _forecast.forecast_json(
+                job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s
+            )
         emit_json(
             {**job.json_head(), "batch": batch, "ops": ops, "totals": totals, "memory": mem, "notes": a.notes}
             | extra
@@ -272,7 +274,9 @@ def _single(job: _Job) -> int:
     if f is not None:
         from attnroof.text.forecast import forecast_line
 
-        print("\n" + forecast_line(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s, "step"))
+        print(
+            "\n" + forecast_line(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s, "step")
+        )
     if pred is not None:
         print("\n" + _calibration.step_text(pred, a.totals.time_s, batch, job.args.phase == "decode"))
     return 0

@@ -140,9 +140,10 @@ class Error:
         return self.median.get(level)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Profile:
-    """One device family at one dtype: every efficiency the forecasts apply."""
+    """One device family at one dtype: every efficiency the forecasts apply. Compared and hashed
+    as itself (a forecast's roof is a cache key)."""
 
     name: str
     dtype: str
