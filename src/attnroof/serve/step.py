@@ -39,6 +39,9 @@ from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import Roof, place
 from attnroof.row import CHUNK, HEAD, LAST_TOKEN, OpInstance
 
+DECODE_KERNEL = {"kernel": "decode"}
+"""Attention of one new token a sequence against its cache, as a forecast's roof times it."""
+
 if TYPE_CHECKING:
     from attnroof.devices.links import Links
     from attnroof.model.parallel import Plan
@@ -62,10 +65,17 @@ class StepOptions:
 
 
 def _row_time(row: OpInstance, step: Step, roof: Roof) -> Any:
-    """count × Σ over the row's kernels of max(F/P, bytes/B), element-wise on array steps."""
+    """count × Σ over the row's kernels of max(F/P, bytes/B) — or, on a forecast's roof, of the
+    time a real kernel of that shape takes — element-wise on array steps."""
     total: Any = 0.0
+    kernel = rule(row).kernel_shape(row, step) if roof.forecasts else None
     for stage in rule(row).cost(row, step):
-        total = total + place((stage.flops, stage.bytes), roof).time_s
+        t = (
+            roof.kernel_time(stage.flops, stage.bytes, kernel)
+            if kernel
+            else place((stage.flops, stage.bytes), roof).time_s
+        )
+        total = total + t
     return row.count * total
 
 
@@ -170,13 +180,16 @@ class StepCost:
             out.append((f2 - f1, b2 - b1, float(once_f.flat[0]), float(once_b.flat[0])))
         return out
 
-    def _kernels(self, parts: list[tuple[int, list[tuple[Any, Any]]]]) -> Any:
-        """Σ over rows of count × Σ over its kernels of max(F/P, bytes/B); numbers or arrays."""
+    def _kernels(
+        self, parts: list[tuple[int, list[tuple[Any, Any]]]], kernel: dict[str, Any] | None = None
+    ) -> Any:
+        """Σ over rows of count × Σ over its kernels of max(F/P, bytes/B) (on a forecast's roof,
+        each as the attention ``kernel`` it is); numbers or arrays."""
         time: Any = 0.0
         for count, stages in parts:
             row: Any = 0.0
             for f, b in stages:
-                row = row + self.roof.time(f, b)
+                row = row + self.roof.kernel_time(f, b, kernel)
             time = time + count * row
         return time
 
@@ -193,13 +206,15 @@ class StepCost:
                 [
                     (row.count, [(of + f[at].sum(axis=0), ob + b[at].sum(axis=0)) for f, b, of, ob in st])
                     for row, st in zip(self.attention_rows, self._decode, strict=True)
-                ]
+                ],
+                DECODE_KERNEL,
             )
         return self._kernels(
             [
                 (row.count, [(of + f[contexts].sum(), ob + b[contexts].sum()) for f, b, of, ob in st])
                 for row, st in zip(self.attention_rows, self._decode, strict=True)
-            ]
+            ],
+            DECODE_KERNEL,
         )
 
     def decode_steps_s(self, contexts: Any, steps: int) -> Any:
@@ -231,7 +246,14 @@ class StepCost:
                     acc[2] += f.sum()
                     acc[3] += b.sum()
             parts.append((row.count, [(float(of + f), float(ob + b)) for of, ob, f, b in sums]))
-        return self._kernels(parts)
+        return self._kernels(parts, self._chunk_kernel(queries, contexts))
+
+    def _chunk_kernel(self, queries: Any, contexts: Any) -> dict[str, Any]:
+        """The prefill kernel over chunks, as a forecast sees it: fused attention at the model's
+        head dimension over the chunks' mean keys (decode's kernel for chunks of a token or two)."""
+        if not self.roof.forecasts or float(queries.mean()) <= 2:
+            return DECODE_KERNEL
+        return {"kernel": "attention", "d": self.model.head_dim, "s": float(contexts.mean()), "causal": True}
 
     def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
         """A step of sequences decoding at ``decode_contexts`` and others running chunks of
