@@ -17,7 +17,8 @@ forecast is the bound.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.devices.links import DEFAULT_SCALEOUT_LATENCY_S, DEFAULT_SCALEUP_LATENCY_S, Links
@@ -56,3 +57,66 @@ def forecast_time(serial: Any, profile: Profile) -> float:
     gap_sync = min(gap, sync)
     h = profile.overlap
     return bound + (1 - h.tensor) * (gap - gap_sync) + (1 - h.data) * gap_sync
+
+
+RANKED = 64
+"""The most plans a search forecasts (each costed again on the forecast's roof): enough that
+the best by forecast is almost always settled by the bounds first."""
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A search's plans by forecast: ``rows`` (row, forecast seconds), best first; ``settled``
+    when every plan left out has a bound above the best forecast (so none can beat it)."""
+
+    rows: list[tuple[Any, float]]
+    settled: bool
+    looked_at: int
+
+    @property
+    def best(self) -> tuple[Any, float] | None:
+        return self.rows[0] if self.rows else None
+
+
+def rank(
+    rows: Sequence[Any], forecast_of: Callable[[Any], float], front: Sequence[Any] = (), most: int = RANKED
+) -> Ranking:
+    """The plans of a search (each with its bound ``time_s``) ranked by forecast. A forecast is
+    never below its bound, so going through the plans by bound, fastest first, a plan whose bound
+    is above the best forecast so far cannot win and neither can any after it: the search stops
+    there (``settled``), or after ``most`` forecasts. The bound's Pareto front is forecast too, so
+    the front by forecast is drawn from both."""
+    done: dict[int, tuple[Any, float]] = {}
+    best, settled = float("inf"), False
+    for r in sorted(rows, key=lambda r: (r.time_s, r.estimate_time_s, r.memory_bytes)):
+        if r.time_s > best:
+            settled = True
+            break
+        if len(done) >= most:
+            break
+        f = forecast_of(r)
+        done[id(r)] = (r, f)
+        best = min(best, f)
+    else:
+        settled = True
+    for r in front:
+        if id(r) not in done:
+            done[id(r)] = (r, forecast_of(r))
+    out = sorted(done.values(), key=lambda rf: (rf[1], rf[0].time_s, rf[0].memory_bytes))
+    return Ranking(out, settled, len(done))
+
+
+def pareto_by_forecast(ranked: Sequence[tuple[Any, float]]) -> list[tuple[Any, float]]:
+    """The plans no other beats on forecast, memory per device and devices at once (best first)."""
+    front: list[tuple[Any, float]] = []
+    for r, f in ranked:
+        dominated = any(
+            g <= f
+            and q.memory_bytes <= r.memory_bytes
+            and q.option.plan.devices <= r.option.plan.devices
+            and (g < f or q.memory_bytes < r.memory_bytes or q.option.plan.devices < r.option.plan.devices)
+            for q, g in ranked
+        )
+        if not dominated:
+            front.append((r, f))
+    return front
