@@ -760,7 +760,7 @@ def report(results: list[Result], failures: list[Failure], markdown: bool) -> st
         target_rows.append(
             [level, want, _pct(m), _pct(p), "—" if met is None else "met" if met else "not met"]
         )
-    parts += ["Targets", render(["level", "target", "median", "p90", ""], target_rows, markdown)]
+    parts += ["Targets", render(["level", "target", "median", "p90", "met?"], target_rows, markdown)]
     bullet = "- " if markdown else "  "
     parts += [
         f"Rows that did not run ({len(failures)})",
@@ -769,7 +769,7 @@ def report(results: list[Result], failures: list[Failure], markdown: bool) -> st
     found = checks(results)
     parts += [f"Checks ({len(found)})", "\n".join(f"{bullet}{c}" for c in found) or f"{bullet}none"]
     sep = "\n\n" if markdown else "\n"
-    return sep.join(f"**{p}**" if markdown and i % 2 == 0 else p for i, p in enumerate(parts))
+    return sep.join(f"### {p}" if markdown and i % 2 == 0 else p for i, p in enumerate(parts))
 
 
 UNITS = {
