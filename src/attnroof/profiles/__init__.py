@@ -79,6 +79,8 @@ class Attention:
     """0: the causal mask's exact half (no whole tiles)."""
     memory: float = 1.0
     decode: float = 1.0
+    backward: float = 1.0
+    """The backward kernel's ceiling over the forward's (FlashAttention's backward reaches less)."""
     launch_s: float = 0.0
 
 
@@ -202,7 +204,18 @@ _SECTIONS: dict[str, tuple[type, dict[str, type]]] = {
     "scaleout": (Link, {"fraction": float, "latency": float}),
     "overlap": (Overlap, {"tensor": float, "data": float, "pipeline": float, "context": float}),
 }
-_FRACTIONS = {"ceiling", "memory", "decode", "fraction", "cache", "tensor", "data", "pipeline", "context"}
+_FRACTIONS = {
+    "ceiling",
+    "memory",
+    "decode",
+    "backward",
+    "fraction",
+    "cache",
+    "tensor",
+    "data",
+    "pipeline",
+    "context",
+}
 """Figures that are a share of a roof: in (0, 1]; a forecast is never below its bound."""
 
 

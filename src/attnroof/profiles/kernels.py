@@ -106,10 +106,13 @@ def gemm_time(g: Gemm, sms: int, roof: Roof, flops: Num, nbytes: Num, t: Num, k:
     )
 
 
-def attention_time(a: Attention, roof: Roof, flops: Num, nbytes: Num, d: int, s: Num, causal: bool) -> Num:
-    """Fused attention (prefill or training) at head dimension ``d`` over ``s`` keys."""
+def attention_time(
+    a: Attention, roof: Roof, flops: Num, nbytes: Num, d: int, s: Num, causal: bool, backward: bool = False
+) -> Num:
+    """Fused attention (prefill or training; ``backward``: its backward kernel) at head
+    dimension ``d`` over ``s`` keys."""
     work = flops * (diagonal_factor(s, a.block) if causal else 1.0)
-    eta = log_interp(a.ceiling, d) * s / (s + a.s_half)
+    eta = log_interp(a.ceiling, d) * s / (s + a.s_half) * (a.backward if backward else 1.0)
     return a.launch_s + arrays.maximum(
         work / (eta * roof.peak_flops_per_s), nbytes / (a.memory * roof.bandwidth_bytes_per_s)
     )
