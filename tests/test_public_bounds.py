@@ -26,6 +26,7 @@ entry in :data:`NEEDS`.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import tomllib
@@ -229,6 +230,22 @@ def test_every_row_is_sourced_and_well_formed() -> None:
             assert r["l2"] in ("warm", "cold", "unknown") and r["pass"] in PASSES, at
     used = {r["source"] for _, _, r in rows()}
     assert set(sources) == used, f"sources no row names: {sorted(set(sources) - used)}"
+
+
+def test_no_source_is_reserved() -> None:
+    """The sources held back for an outside check (data/validation/README.md's list, read by
+    scripts/validation_table.py) appear nowhere here."""
+    spec = importlib.util.spec_from_file_location(
+        "validation_table", DATA.parents[1] / "scripts" / "validation_table.py"
+    )
+    assert spec and spec.loader
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    sources = tomllib.loads((DATA / "sources.toml").read_text(encoding="utf-8"))
+    for name, src in sources.items():
+        text = " ".join((name, src["title"], src["url"]))
+        for reserved, patterns in table.reserved():
+            assert not any(p.search(text) for p in patterns), (name, reserved)
 
 
 def test_measurements_are_positive_and_finite() -> None:
