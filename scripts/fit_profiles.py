@@ -34,12 +34,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from attnroof import profiles  # noqa: E402
+from attnroof.errors import AttnroofError  # noqa: E402
 from attnroof.profiles import Attention, Gemm, Link, Memory, Profile  # noqa: E402
 from attnroof.profiles.kernels import ForecastRoof  # noqa: E402
 from attnroof.profiles.measured import KERNEL_KINDS, MEMORY_KINDS, Kernel, kernel  # noqa: E402
 
-PUBLIC = ROOT / "data" / "public"
+PUBLIC = Path(__import__("os").environ.get("ATTNROOF_PUBLIC", ROOT / "data" / "public"))
 OUT = ROOT / "src" / "attnroof" / "profiles" / "data"
 
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -253,3 +253,256 @@ def fit_kind(
 
 
 FAMILY_SMS: dict[str, int] = {d: n for spec in FAMILIES.values() for d, n in spec["devices"].items()}
+
+
+# ---------------------------------------------------------------- fitting a family
+
+
+def _loss(p: Profile, rows: list[Kernel]) -> list[float]:
+    return [abs(k.forecast_s(ForecastRoof.over(k.roof, p, FAMILY_SMS.get(k.roof.device, 0))) / k.measured_s - 1) for k in rows]
+
+
+SPECS: dict[str, Model] = {
+    # GEMM: ceiling, k_half, memory fraction, launch; tiles tried among TILES
+    "gemm": Model(("ceiling", "k_half", "memory", "launch_s"), (0.8, 128.0, 0.85, 5e-6), (0.05, 0.0, 0.05, 0.0),
+                  (1.0, 8192.0, 1.0, 1e-4), _gemm),
+    "memory": Model(("fraction", "launch_s"), (0.8, 3e-6), (0.05, 0.0), (1.0, 1e-4), _memory),
+    "decode": Model(("decode", "launch_s"), (0.7, 5e-6), (0.05, 0.0), (1.0, 1e-4), _decode),
+}  # fmt: skip
+TILES = ((128, 128), (128, 256), (256, 128))
+BLOCKS = (64, 128)
+
+
+def fit_rows(kind: str, base: Profile, rows: list[Kernel]) -> tuple[Profile, dict[str, float]]:
+    """``base`` with ``kind``'s parameters fitted on ``rows`` (all of them)."""
+    if kind == "gemm":
+        best = None
+        for tt, tm in TILES:
+            m = SPECS["gemm"]
+            x = fit_kind(kind, base, rows, list(m.names), list(m.start), list(m.low), list(m.high), m.build,
+                         {"tile_t": tt, "tile_m": tm})  # fmt: skip
+            p = m.build(base, x)
+            score = sum(math.log1p(e) ** 2 for e in _loss(p, rows))
+            if best is None or score < best[0]:
+                best = (score, p, x)
+        assert best is not None
+        return best[1], best[2]
+    if kind in ("attention", "backward"):
+        heads = sorted({k.row["head_dim"] for k in rows})
+        if kind == "backward":
+            names, start, low, high = ["backward"], [0.7], [0.05], [1.0]
+
+            def build(p: Profile, x: dict[str, float]) -> Profile:
+                return replace(p, attention=replace(p.attention, backward=x["backward"]))
+
+            x = fit_kind(kind, base, rows, names, start, low, high, build, {})
+            return build(base, x), x
+        best = None
+        for block in BLOCKS:
+            names = [f"ceiling_{d}" for d in heads] + ["s_half", "launch_s"]
+            start = [0.6] * len(heads) + [256.0, 5e-6]
+            low, high = [0.05] * len(heads) + [0.0, 0.0], [1.0] * len(heads) + [16384.0, 1e-4]
+            x = fit_kind(kind, base, rows, names, start, low, high, _attention, {"block": block})
+            p = _attention(base, x)
+            score = sum(math.log1p(e) ** 2 for e in _loss(p, rows))
+            if best is None or score < best[0]:
+                best = (score, p, x)
+        assert best is not None
+        return best[1], best[2]
+    m = SPECS[kind]
+    x = fit_kind(kind, base, rows, list(m.names), list(m.start), list(m.low), list(m.high), m.build, {})
+    return m.build(base, x), x
+
+
+def held_out(kind: str, base: Profile, rows: list[Kernel]) -> list[float]:
+    """Each row's |forecast/measured − 1| from a fit that did not see it: leave one source out
+    (where the others have rows enough), else five folds."""
+    by_source: dict[str, list[Kernel]] = defaultdict(list)
+    for k in rows:
+        by_source[k.row["source"]].append(k)
+    folds: list[tuple[list[Kernel], list[Kernel]]] = []
+    if len(by_source) >= 2:
+        for s, mine in by_source.items():
+            rest = [k for k in rows if k.row["source"] != s]
+            if len(rest) >= 3:
+                folds.append((rest, mine))
+    if not folds:
+        for f in range(5):
+            test = rows[f::5]
+            rest = [k for i, k in enumerate(rows) if i % 5 != f]
+            if test and len(rest) >= 3:
+                folds.append((rest, test))
+    out: list[float] = []
+    for train, test in folds:
+        p, _ = fit_rows(kind, base, train)
+        out += _loss(p, test)
+    return out
+
+
+KIND_ROWS: dict[str, Callable[[Kernel], bool]] = {
+    "gemm": lambda k: k.kind == "gemm",
+    "attention": lambda k: k.kind == "attention" and k.row.get("pass", "fwd") == "fwd",
+    "backward": lambda k: k.kind == "attention" and k.row.get("pass") == "bwd",
+    "decode": lambda k: k.kind == "decode",
+    "memory": lambda k: k.kind in MEMORY_KINDS and k.row.get("l2", "cold") != "warm",
+}
+ORDER = ("memory", "gemm", "attention", "backward", "decode")
+MIN_ROWS = 3
+
+
+def fastest(kernels: list[Kernel]) -> list[Kernel]:
+    """Of the rows that time one shape on one device in one pass (several implementations), the
+    fastest: a forecast is of the kernel a tuned deployment runs."""
+    best: dict[tuple[Any, ...], Kernel] = {}
+    for k in kernels:
+        r = k.row
+        shape = tuple(r.get(f) for f in ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "causal", "tokens", "hidden", "elements", "op"))
+        key = (k.roof.device, r["dtype"], r["kind"], r.get("pass", "fwd"), r.get("l2"), shape)
+        if key not in best or k.measured_s < best[key].measured_s:
+            best[key] = k
+    return list(best.values())
+
+
+def fit_family(
+    name: str, group: str, kernels: list[Kernel], base: Profile | None = None
+) -> tuple[Profile, dict[str, str], dict[str, list[float]]]:
+    """One family at one dtype group: each kind fitted on the family's own rows, or on its
+    vendor's where it has fewer than :data:`MIN_ROWS`; each figure's note; the held-out errors.
+    An fp8 profile starts from the family's bf16 one (``base``) and keeps what it cannot fit."""
+    spec = FAMILIES[name]
+    members = set(spec["devices"])
+    vendor = {f for f, s in FAMILIES.items() if s["vendor"] == spec["vendor"]}
+    vendor_devices = {d for f in vendor for d in FAMILIES[f]["devices"]}
+    p = Profile(name, group, spec["vendor"], tuple(spec["nearest"]), bool(spec.get("vendor_default")), dict(spec["devices"]))
+    if base is not None:
+        p = replace(base, dtype=group)
+    notes: dict[str, str] = {}
+    errors: dict[str, list[float]] = {}
+    for kind in ORDER:
+        of_kind = [k for k in kernels if KIND_ROWS[kind](k) and dtype_group(k.row["dtype"]) == group]
+        mine = [k for k in of_kind if k.roof.device in members]
+        how = f"{len(mine)} rows of {name}"
+        if len(mine) < MIN_ROWS:
+            mine = [k for k in of_kind if k.roof.device in vendor_devices]
+            how = f"no {name} rows enough: {len(mine)} rows of {spec['vendor']}'s families pooled"
+        if len(mine) < MIN_ROWS and group == "bf16":
+            mine = of_kind
+            how = f"no {spec['vendor']} rows enough: {len(mine)} rows of every family pooled, as fractions of {name}'s own roofs"
+        if len(mine) < MIN_ROWS:
+            continue  # an fp8 profile keeps the bf16 figures it cannot fit
+        p, x = fit_rows(kind, p, mine)
+        errs = held_out(kind, p, mine)
+        errors[kind] = errs
+        sources = sorted({k.row["source"] for k in mine})
+        med = statistics.median(errs) if errs else math.nan
+        notes[kind] = f"{how} ({', '.join(sources)}); held-out median {med:.0%}"
+    return p, notes, errors
+
+
+# ---------------------------------------------------------------- writing a profile
+
+
+def _q(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _fig(value: float, source: str, note: str = "") -> str:
+    v = f"{value:.6g}" if isinstance(value, float) else str(value)
+    return "{ value = " + v + ", source = " + _q(source) + (", note = " + _q(note) if note else "") + " }"
+
+
+SECTION_FIELDS = {
+    "gemm": ("ceiling", "k_half", "tile_t", "tile_m", "memory", "launch_s"),
+    "attention": ("s_half", "block", "decode", "backward", "launch_s"),
+    "memory": ("fraction", "launch_s"),
+}
+FIELD_KIND = {"attention": {"decode": "decode", "backward": "backward"}}
+
+
+def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], public: dict[str, Any]) -> str:
+    """The profile's TOML, every figure with its source and note."""
+    spec = FAMILIES[p.name]
+    used = sorted({s for n in notes.values() for s in n[n.find("(") + 1 : n.find(")")].split(", ") if s})
+    out = [
+        f"# attnroof efficiency profile: {p.name} {p.dtype}. Written by scripts/fit_profiles.py --write; do not edit by hand.",
+        f"name = {_q(p.name)}",
+        f"dtype = {_q(p.dtype)}",
+        f"vendor = {_q(p.vendor)}",
+        f"nearest = [{', '.join(_q(d) for d in p.nearest)}]",
+        f"vendor_default = {'true' if p.vendor_default else 'false'}",
+        "",
+        "[devices]",
+        *(f"{_q(d)} = {_fig(n, spec['sm_source'], 'SMs (AMD: compute units)')}" for d, n in p.devices.items()),
+    ]
+    fitted = {"gemm": "gemm", "memory": "memory"}
+    for section, fields in SECTION_FIELDS.items():
+        obj = getattr(p, section)
+        lines = []
+        for f in fields:
+            kind = FIELD_KIND.get(section, {}).get(f, fitted.get(section, "attention"))
+            if kind not in notes:
+                continue
+            lines.append(f"{f} = {_fig(getattr(obj, f), 'fit', notes[kind])}")
+        if section == "attention" and "attention" in notes:
+            cells = ", ".join(f"{d} = {_fig(v, 'fit', notes['attention'])}" for d, v in sorted(p.attention.ceiling.items()))
+            lines.append("ceiling = { " + cells + " }")
+        if lines:
+            out += ["", f"[{section}]", *lines]
+    out += ["", "[overlap]"]
+    for key, (value, src, note) in CONSTANTS.items():
+        out.append(f"{key.split('.')[1]} = {_fig(value, src, note)}")
+    errs = {k: v for k, v in errors.items() if v}
+    pooled = [e for v in errs.values() for e in v]
+    if pooled:
+        out += ["", "[error.median]"]
+        out += [f"{k} = {_fig(statistics.median(v), 'fit', f'{len(v)} held-out rows')}" for k, v in errs.items()]
+        out.append(f"kernel = {_fig(statistics.median(pooled), 'fit', f'{len(pooled)} held-out kernel rows, every kind')}")
+        out += ["", "[error.p90]"]
+        out += [f"{k} = {_fig(_quantile(v, 0.9), 'fit', f'{len(v)} held-out rows')}" for k, v in errs.items()]
+        out.append(f"kernel = {_fig(_quantile(pooled, 0.9), 'fit', f'{len(pooled)} held-out kernel rows, every kind')}")
+    srcs = {**{k: v for k, v in SOURCES.items() if k in (spec["sm_source"], "fit")}, **CONSTANT_SOURCES}
+    srcs |= {s: public[s] for s in used if s in public}
+    for sid, s in srcs.items():
+        out += ["", f"[sources.{_q(sid)}]"]
+        out += [f"{k} = {_q(str(s[k]))}" for k in ("title", "url", "date", "where") if s.get(k)]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="write the profiles into the package")
+    args = ap.parse_args(argv)
+    rows, public = public_rows()
+    kernels: list[Kernel] = []
+    skipped: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r["kind"] not in KERNEL_KINDS:
+            continue
+        try:
+            kernels.append(kernel(r))
+        except (KeyError, ValueError, AttnroofError) as e:
+            skipped[f"{r['kind']}: {type(e).__name__}: {str(e)[:80]}"] += 1
+    print(f"{len(kernels)} kernel rows read; skipped: {dict(skipped) or 'none'}")
+    below = [k for k in kernels if k.measured_s < k.bound_s * (1 - 1e-6)]
+    for k in below:
+        print(f"  below its bound, not fitted: {k.row['device']} {k.kind} {k.row.get('impl')} {k.row['where'][:90]} ({k.measured_s / k.bound_s:.2f})")
+    kernels = fastest([k for k in kernels if k not in below])
+    print(f"{len(kernels)} rows fitted: the fastest implementation of each shape")
+    for name in FAMILIES:
+        bf16 = None
+        for group in ("bf16", "fp8"):
+            p, notes, errors = fit_family(name, group, kernels, bf16)
+            bf16 = bf16 or p
+            if not notes:
+                continue
+            print(f"\n{name} {group}")
+            for kind, note in notes.items():
+                print(f"  {kind:9} {note}")
+            print(f"  gemm {p.gemm}\n  attention {p.attention}\n  memory {p.memory}")
+            if args.write:
+                (OUT / f"{name}-{group}.toml").write_text(render(p, notes, errors, public), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

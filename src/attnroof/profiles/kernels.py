@@ -142,9 +142,9 @@ def kernel_time(profile: Profile, kind: str, roof: Roof, flops: Num, nbytes: Num
             profile.gemm, shape.get("sms", 0), roof, flops, nbytes, shape["t"], shape["k"], shape["m"]
         )
     if kind == ATTENTION:
-        return attention_time(
-            profile.attention, roof, flops, nbytes, shape["d"], shape["s"], shape.get("causal", False)
-        )
+        a = profile.attention
+        causal, back = shape.get("causal", False), shape.get("backward", False)
+        return attention_time(a, roof, flops, nbytes, shape["d"], shape["s"], causal, back)
     if kind == DECODE:
         return decode_time(profile.attention, roof, flops, nbytes)
     if kind == MEMORY:
