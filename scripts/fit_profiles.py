@@ -40,7 +40,7 @@ from attnroof.profiles.kernels import ForecastRoof  # noqa: E402
 from attnroof.profiles.measured import KERNEL_KINDS, MEMORY_KINDS, Kernel, kernel  # noqa: E402
 
 PUBLIC = Path(__import__("os").environ.get("ATTNROOF_PUBLIC", ROOT / "data" / "public"))
-OUT = ROOT / "src" / "attnroof" / "profiles" / "data"
+OUT = Path(__import__("os").environ.get("ATTNROOF_PROFILES_OUT", ROOT / "src" / "attnroof" / "profiles" / "data"))
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "a100": {
