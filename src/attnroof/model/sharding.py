@@ -34,26 +34,35 @@ twice that)::
 Over a step, a ring over ``d`` (f = (d − 1)/d): ddp 2f·N·g; zero-1 f·(N·g + N·w); zero-2
 f·(M·N·g + N·w); fsdp M·f·(2·N·w + N·g) (at M = 1, with w = g, 1.5× ddp: the ZeRO paper's
 figure, Rajbhandari et al. 2020, section 7); fsdp gathering once a micro-batch M·f·(N·w + N·g),
-once a step f·(N·w + M·N·g), and once a step with the gradients reduced once a step f·(N·w +
-N·g), zero-1's traffic. ``--grad-reduce step`` with ZeRO 2 is ZeRO 1 in traffic and in memory:
-what Megatron-LM's distributed optimizer runs (its gradient buffer is whole on each device, its
-reduce-scatter once a step). HSDP (Zhao et al. 2023, "PyTorch FSDP", section 3.2.2: sharding
-within a group, replicating across groups; torchtitan's ``data_parallel_shard_degree`` ×
-``data_parallel_replicate_degree``; Megatron's ``--num-distributed-optimizer-instances`` for
-ZeRO 1) puts the all-gathers and reduce-scatters on the shard group's link — a node's, where s
-fits in one scale-up domain — and leaves the scale-out link an all-reduce of 1/s of the
-gradients. Expert weights sync over their own EDP group, cut the same way: shard groups of
-EDP/r devices, r copies.
+ddp's volume at M = 1 (the ZeRO paper's 2Ψ for P_os+g); once a step f·(N·w + M·N·g), and once a
+step with the gradients reduced once a step f·(N·w + N·g), zero-1's traffic. ``--grad-reduce
+step`` with ZeRO 2 is ZeRO 1 in traffic and in memory: what Megatron-LM's distributed optimizer
+runs (its gradient buffer is whole on each device, reduce-scattered once a step).
 
-The flags' names: FSDP2's ``reshard_after_forward`` (False: ``--weight-gather microbatch``),
-``set_reshard_after_backward(False)`` with ``reshard_after_forward=False`` (``--weight-gather
-step``; what PyTorch's pipeline schedules set, and torchtitan's default under pipeline
-parallelism; DeepSpeed's ``stage3_param_persistence_threshold`` kept above every parameter),
-``set_requires_gradient_sync(False)`` on all but the last micro-batch (``--grad-reduce step``).
-A collective of a micro-batch runs in its pass (the gathers before the forward and the
-backward, the gradients' reductions in the backward), a once-a-step one after the last
-micro-batch: the gradients behind its backward, the weights' gather (ZeRO 1 and 2's updated
-weights, ZeRO 3's once a step) behind the next step's first forward.
+The policies by their frameworks' names: ``--weight-gather microbatch`` is FSDP2's
+``reshard_after_forward=False`` (FSDP1's ``SHARD_GRAD_OP``: "unshards before the forward, does
+not reshard them after the forward, and only reshards them after the backward computation",
+PyTorch's ``ShardingStrategy`` docs; DeepSpeed's ``stage3_max_reuse_distance`` and
+``stage3_max_live_parameters`` set above the shard's parameters keep each gathered from its
+forward to its backward the same way); ``--weight-gather step --grad-reduce step`` is what
+PyTorch's pipeline schedules set on an FSDP2 stage (``set_reshard_after_backward(False)`` and
+``set_requires_gradient_sync(False)`` until the last backward, torch/distributed/pipelining/
+stage.py) with torchtitan's default under pipeline parallelism, ``reshard_after_forward=False``
+("to avoid per-microbatch all-gathers"). ``--grad-reduce step`` alone is FSDP2's
+``set_requires_gradient_sync(False)`` on all but the last micro-batch. HSDP (``--dp-shard S``:
+FSDP1's ``HYBRID_SHARD``, "FULL_SHARD within a node, and replicate parameters across nodes";
+Zhao et al. 2023, "PyTorch FSDP", section 3.2, hybrid sharding; torchtitan's
+``data_parallel_shard_degree`` × ``data_parallel_replicate_degree``, its CP ranks inside the
+shard group; Megatron's ``--num-distributed-optimizer-instances`` for ZeRO 1) puts the
+all-gathers and reduce-scatters on the shard group's link — a node's, where s fits in one
+scale-up domain — and leaves the scale-out link an all-reduce of 1/s of the gradients. Expert
+weights sync over their own EDP group, cut the same way: shard groups of EDP/r devices, r copies.
+
+A collective of a micro-batch runs in its pass (the gathers before the forward and the backward,
+the gradients' reductions in the backward), a once-a-step one after the last micro-batch: the
+gradients behind its backward, the weights' gather (ZeRO 1 and 2's updated weights, ZeRO 3's once
+a step) behind the next step's first forward. Not counted: the transient gathered layer that
+resharding frees (a layer's worth, as the training memory leaves out buffers in flight).
 """
 
 from __future__ import annotations
