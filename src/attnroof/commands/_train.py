@@ -78,7 +78,7 @@ def add_sharding_args(g: Any, *, many: bool = False) -> None:
         metavar="|".join(WEIGHT_GATHERS) if many else None,
         help="ZeRO 3: all-gather the weights before each pass (FSDP's reshard_after_forward=True, default), "
         "once a micro-batch, kept to its backward (reshard_after_forward=False), or once a step, kept "
-        f"through every micro-batch (as PyTorch's pipeline schedules run FSDP2){each}",
+        f"through every micro-batch (with --grad-reduce step: as PyTorch's pipeline schedules run FSDP2){each}",
     )
     g.add_argument(
         "--grad-reduce",

@@ -31,7 +31,8 @@ GATHER_WORDS = {
 
 
 def sharding_line(p: Plan, t: dict[str, Any]) -> str:
-    """The plan's sharding policy by name, when it sends what, and its bytes a step."""
+    """The plan's sharding policy by name, when it sends what (in the order it sends it), and
+    its bytes a step."""
     gather, reduce_ = when_sent(p)
     r = p.dp_replicate
     where = (
@@ -39,19 +40,19 @@ def sharding_line(p: Plan, t: dict[str, Any]) -> str:
         if r > 1
         else f"over {p.replicas} replicas"
     )
-    sends = []
-    if gather is not None:
-        sends.append(GATHER_WORDS[gather] if p.zero == 3 else "the updated weights all-gathered once a step")
     if p.zero == 0:
-        sends.append("gradients all-reduced once a step")
+        sends = ["gradients all-reduced once a step"]
     else:
         when = "after every micro-batch" if reduce_ == EVERY_MICROBATCH else "once a step"
-        sends.append(
-            f"gradients reduce-scattered {when}"
-            + (f", then all-reduced across the {r} copies" if r > 1 else "")
-        )
+        across = f", then all-reduced across the {r} copies" if r > 1 else ""
+        sends = [f"gradients reduce-scattered {when}{across}"]
+        if p.zero == 3:
+            sends.insert(0, GATHER_WORDS[str(gather)])
+        else:
+            sends.append("the updated weights all-gathered once a step")
+    name = policy_name(p) + (f" (ZeRO {p.zero})" if p.zero == 3 else "")
     return (
-        f"sharding: {policy_name(p)} (ZeRO {p.zero}) {where}: {', '.join(sends)}; "
+        f"sharding: {name} {where}: {', '.join(sends)}; "
         f"{render.nbytes(t['dp_sync_bytes_per_device'])} sent per device a step"
     )
 
