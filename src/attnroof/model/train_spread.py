@@ -1,6 +1,6 @@
 """A training step on many devices: each pipeline stage's forward, recomputation and backward
 operators (:mod:`attnroof.model.training`, on the device's shard) on the device roof, the
-collectives each pass adds on the link roof, the data-parallel sync that ZeRO's stage fixes, and
+collectives each pass adds on the link roof, the data-parallel sync its sharding policy sends, and
 the memory one device holds.
 
 Collectives of one device, per micro-batch unless marked *step* (once, after the last one)::
@@ -30,9 +30,9 @@ Collectives of one device, per micro-batch unless marked *step* (once, after the
                                      the previous (all but the first)
                  step                a tied embedding: the first and last   V/t · hidden · g
                                      stages' gradients summed
-    DP           the sharding policy's   ZeRO's stage, when it gathers and      N · g, N · w
-                 (:mod:`attnroof.model.  reduces, hybrid groups
-                 sharding`)
+    DP           micro-batch, step   the sharding policy's gathers and      N · w, N · g
+                                     reductions (:mod:`attnroof.model.
+                                     sharding`'s table)
 
 (``a`` the activation bytes, ``N`` the device's parameters of its TP/PP shard, ``g`` and ``w`` the
 gradient and weight bytes; ``tokens`` a micro-batch's on the device, context/cp of each sequence.
@@ -42,7 +42,7 @@ and 2 send what an all-reduce sends, and ZeRO 3 half as much again, the ZeRO pap
 With ``--overlap`` a pass's collectives hide behind that pass's kernels, the gradients' sync
 behind the last backward, and a once-a-step weight all-gather behind the next step's forward.
 
-Memory per device: the shard's parameters with ZeRO's cuts (:class:`Zero`), and the activations
+Memory per device: the shard's parameters with the policy's cuts (:class:`Zero`), and the activations
 of the micro-batches a stage holds under the 1F1B schedule — stage ``i`` of ``p`` keeps
 min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the most.
 
@@ -411,10 +411,11 @@ def stage_kernels(
 def dp_sync_bytes(stage: StageResult, microbatches: int) -> float:
     """What the sharding policy sends from one device of ``stage`` over a step: its collectives
     of each micro-batch ``microbatches`` times, and its once-a-step ones."""
-    micro = sum(c.count * float(c.comm.bytes_per_device) for c in stage.comms if c.sync)
-    return microbatches * micro + sum(
-        c.count * float(c.comm.bytes_per_device) for c in stage.step_comms if c.sync
-    )
+
+    def sent(comms: tuple[CommOp, ...]) -> float:
+        return sum((c.count * float(c.comm.bytes_per_device) for c in comms if c.sync), 0.0)
+
+    return microbatches * sent(stage.comms) + sent(stage.step_comms)
 
 
 def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:
