@@ -48,10 +48,6 @@ def load(kind: str) -> list[dict]:
 
 
 ROWS = [row for kind in FILES for row in load(kind)]
-LAUNCHES = [
-    json.loads(line) for line in (PUBLIC / "launch-kernels.jsonl").read_text(encoding="utf-8").splitlines()
-]
-"""Fixed costs of a launch, host side: no roof to bound them, only their sources to check."""
 SOURCES = tomllib.loads((PUBLIC / "sources.toml").read_text(encoding="utf-8"))
 
 
@@ -150,15 +146,8 @@ def test_every_row_is_sourced_and_complete(kind):
         assert row["impl"], ident(row)
 
 
-def test_every_launch_row_is_sourced():
-    for row in LAUNCHES:
-        assert row["kind"] == "launch" and row["source"] in SOURCES and row["measured"], row
-        assert 0 < row["measured_s"] < 1e-3, row  # microseconds, not a kernel's run
-        get_device(row["device"])
-
-
 def test_every_source_is_described():
-    for key in {row["source"] for row in ROWS + LAUNCHES}:
+    for key in {row["source"] for row in ROWS}:
         entry = SOURCES[key]
         assert {"title", "url", "date", "where", "notes"} <= set(entry), key
         assert entry["url"].startswith("https://"), key
