@@ -382,6 +382,7 @@ def fit_family(
         of_kind = [k for k in kernels if KIND_ROWS[kind](k) and dtype_group(k.row["dtype"]) == group]
         mine = [k for k in of_kind if k.roof.device in members]
         how = f"{len(mine)} rows of {name}"
+        own = mine
         if len(mine) < MIN_ROWS:
             mine = [k for k in of_kind if k.roof.device in vendor_devices]
             how = f"no {name} rows enough: {len(mine)} rows of {spec['vendor']}'s families pooled"
@@ -392,6 +393,12 @@ def fit_family(
             continue  # an fp8 profile keeps the bf16 figures it cannot fit
         p, x = fit_rows(kind, p, mine)
         errs = held_out(kind, p, mine)
+        if kind == "gemm" and 0 < len(own) < MIN_ROWS:  # the family's own ceiling, on its few rows
+            m = SPECS["gemm"]
+            x = fit_kind(kind, p, own, ["ceiling"], [x["ceiling"]], [0.05], [1.0], m.build, {k: v for k, v in x.items() if k != "ceiling"})
+            p = m.build(p, x)
+            errs = _loss(p, own) and errs
+            how += f"; the ceiling refitted on the family's own {len(own)} row{'s' if len(own) > 1 else ''}"
         errors[kind] = errs
         sources = sorted({k.row["source"] for k in mine})
         med = statistics.median(errs) if errs else math.nan
