@@ -40,14 +40,28 @@ from attnroof.profiles.kernels import ForecastRoof  # noqa: E402
 from attnroof.profiles.measured import KERNEL_KINDS, MEMORY_KINDS, Kernel, kernel  # noqa: E402
 
 PUBLIC = Path(__import__("os").environ.get("ATTNROOF_PUBLIC", ROOT / "data" / "public"))
-OUT = Path(__import__("os").environ.get("ATTNROOF_PROFILES_OUT", ROOT / "src" / "attnroof" / "profiles" / "data"))
+OUT = Path(
+    __import__("os").environ.get("ATTNROOF_PROFILES_OUT", ROOT / "src" / "attnroof" / "profiles" / "data")
+)
 
 FAMILIES: dict[str, dict[str, Any]] = {
     "a100": {
         "vendor": "NVIDIA",
         "devices": {"A100 SXM 80GB": 108, "A100 SXM 40GB": 108, "A100 PCIe 80GB": 108},
         "sm_source": "sm-a100",
-        "nearest": ["A40", "A10G", "RTX A6000", "L40S", "L40", "L4", "RTX 6000 Ada", "RTX 4090", "RTX 5090", "T4", "V100 SXM2 16GB"],
+        "nearest": [
+            "A40",
+            "A10G",
+            "RTX A6000",
+            "L40S",
+            "L40",
+            "L4",
+            "RTX 6000 Ada",
+            "RTX 4090",
+            "RTX 5090",
+            "T4",
+            "V100 SXM2 16GB",
+        ],
     },
     "h100": {
         "vendor": "NVIDIA",
@@ -122,7 +136,11 @@ CONSTANTS: dict[str, tuple[float, str, str]] = {
         "gradients all-reduced in buckets as the backward pass produces them; the last bucket's exposure is not modelled",
     ),
     "overlap.pipeline": (1.0, "megatron-pp", "pipeline sends overlapped with the next micro-batch's compute"),
-    "overlap.context": (1.0, "megatron-pp", "the K/V ring hidden behind each chunk's attention, as the bound has it"),
+    "overlap.context": (
+        1.0,
+        "megatron-pp",
+        "the K/V ring hidden behind each chunk's attention, as the bound has it",
+    ),
 }
 CONSTANT_SOURCES: dict[str, dict[str, str]] = {
     "megatron-tp": {
@@ -224,7 +242,10 @@ def _attention(p: Profile, x: dict[str, float]) -> Profile:
 
 
 def _decode(p: Profile, x: dict[str, float]) -> Profile:
-    return replace(p, attention=replace(p.attention, decode=x["decode"], launch_s=x.get("launch_s", p.attention.launch_s)))
+    return replace(
+        p,
+        attention=replace(p.attention, decode=x["decode"], launch_s=x.get("launch_s", p.attention.launch_s)),
+    )
 
 
 def _memory(p: Profile, x: dict[str, float]) -> Profile:
@@ -248,7 +269,9 @@ def fit_kind(
             out.append(math.log(k.forecast_s(fr) / k.measured_s))
         return np.array(out)
 
-    res = least_squares(residuals, np.array(start), bounds=(np.array(low), np.array(high)), loss="soft_l1", f_scale=0.1)
+    res = least_squares(
+        residuals, np.array(start), bounds=(np.array(low), np.array(high)), loss="soft_l1", f_scale=0.1
+    )
     return {**fixed, **dict(zip(names, res.x.tolist(), strict=True))}
 
 
@@ -259,7 +282,10 @@ FAMILY_SMS: dict[str, int] = {d: n for spec in FAMILIES.values() for d, n in spe
 
 
 def _loss(p: Profile, rows: list[Kernel]) -> list[float]:
-    return [abs(k.forecast_s(ForecastRoof.over(k.roof, p, FAMILY_SMS.get(k.roof.device, 0))) / k.measured_s - 1) for k in rows]
+    return [
+        abs(k.forecast_s(ForecastRoof.over(k.roof, p, FAMILY_SMS.get(k.roof.device, 0))) / k.measured_s - 1)
+        for k in rows
+    ]
 
 
 SPECS: dict[str, Model] = {
@@ -356,7 +382,25 @@ def fastest(kernels: list[Kernel]) -> list[Kernel]:
     best: dict[tuple[Any, ...], Kernel] = {}
     for k in kernels:
         r = k.row
-        shape = tuple(r.get(f) for f in ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_k", "head_dim", "causal", "tokens", "hidden", "elements", "op"))
+        shape = tuple(
+            r.get(f)
+            for f in (
+                "m",
+                "n",
+                "k",
+                "batch",
+                "heads",
+                "kv_heads",
+                "seq_q",
+                "seq_k",
+                "head_dim",
+                "causal",
+                "tokens",
+                "hidden",
+                "elements",
+                "op",
+            )
+        )
         key = (k.roof.device, r["dtype"], r["kind"], r.get("pass", "fwd"), r.get("l2"), shape)
         if key not in best or k.measured_s < best[key].measured_s:
             best[key] = k
@@ -373,9 +417,18 @@ def fit_family(
     members = set(spec["devices"])
     vendor = {f for f, s in FAMILIES.items() if s["vendor"] == spec["vendor"]}
     vendor_devices = {d for f in vendor for d in FAMILIES[f]["devices"]}
-    p = Profile(name, group, spec["vendor"], tuple(spec["nearest"]), bool(spec.get("vendor_default")), dict(spec["devices"]))
+    p = Profile(
+        name,
+        group,
+        spec["vendor"],
+        tuple(spec["nearest"]),
+        bool(spec.get("vendor_default")),
+        dict(spec["devices"]),
+    )
     if base is not None:
         p = replace(base, dtype=group)
+        if not any(k.roof.device in members and dtype_group(k.row["dtype"]) == group for k in kernels):
+            return p, {}, {}  # no row of the family in this dtype: no profile of its own
     notes: dict[str, str] = {}
     errors: dict[str, list[float]] = {}
     for kind in ORDER:
@@ -395,7 +448,17 @@ def fit_family(
         errs = held_out(kind, p, mine)
         if kind == "gemm" and 0 < len(own) < MIN_ROWS:  # the family's own ceiling, on its few rows
             m = SPECS["gemm"]
-            x = fit_kind(kind, p, own, ["ceiling"], [x["ceiling"]], [0.05], [1.0], m.build, {k: v for k, v in x.items() if k != "ceiling"})
+            x = fit_kind(
+                kind,
+                p,
+                own,
+                ["ceiling"],
+                [x["ceiling"]],
+                [0.05],
+                [1.0],
+                m.build,
+                {k: v for k, v in x.items() if k != "ceiling"},
+            )
             p = m.build(p, x)
             errs = _loss(p, own) and errs
             how += f"; the ceiling refitted on the family's own {len(own)} row{'s' if len(own) > 1 else ''}"
@@ -439,7 +502,10 @@ def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], pu
         f"vendor_default = {'true' if p.vendor_default else 'false'}",
         "",
         "[devices]",
-        *(f"{_q(d)} = {_fig(n, spec['sm_source'], 'SMs (AMD: compute units)')}" for d, n in p.devices.items()),
+        *(
+            f"{_q(d)} = {_fig(n, spec['sm_source'], 'SMs (AMD: compute units)')}"
+            for d, n in p.devices.items()
+        ),
     ]
     fitted = {"gemm": "gemm", "memory": "memory"}
     for section, fields in SECTION_FIELDS.items():
@@ -451,7 +517,9 @@ def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], pu
                 continue
             lines.append(f"{f} = {_fig(getattr(obj, f), 'fit', notes[kind])}")
         if section == "attention" and "attention" in notes:
-            cells = ", ".join(f"{d} = {_fig(v, 'fit', notes['attention'])}" for d, v in sorted(p.attention.ceiling.items()))
+            cells = ", ".join(
+                f"{d} = {_fig(v, 'fit', notes['attention'])}" for d, v in sorted(p.attention.ceiling.items())
+            )
             lines.append("ceiling = { " + cells + " }")
         if lines:
             out += ["", f"[{section}]", *lines]
@@ -462,11 +530,17 @@ def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], pu
     pooled = [e for v in errs.values() for e in v]
     if pooled:
         out += ["", "[error.median]"]
-        out += [f"{k} = {_fig(statistics.median(v), 'fit', f'{len(v)} held-out rows')}" for k, v in errs.items()]
-        out.append(f"kernel = {_fig(statistics.median(pooled), 'fit', f'{len(pooled)} held-out kernel rows, every kind')}")
+        out += [
+            f"{k} = {_fig(statistics.median(v), 'fit', f'{len(v)} held-out rows')}" for k, v in errs.items()
+        ]
+        out.append(
+            f"kernel = {_fig(statistics.median(pooled), 'fit', f'{len(pooled)} held-out kernel rows, every kind')}"
+        )
         out += ["", "[error.p90]"]
         out += [f"{k} = {_fig(_quantile(v, 0.9), 'fit', f'{len(v)} held-out rows')}" for k, v in errs.items()]
-        out.append(f"kernel = {_fig(_quantile(pooled, 0.9), 'fit', f'{len(pooled)} held-out kernel rows, every kind')}")
+        out.append(
+            f"kernel = {_fig(_quantile(pooled, 0.9), 'fit', f'{len(pooled)} held-out kernel rows, every kind')}"
+        )
     srcs = {**{k: v for k, v in SOURCES.items() if k in (spec["sm_source"], "fit")}, **CONSTANT_SOURCES}
     srcs |= {s: public[s] for s in used if s in public}
     for sid, s in srcs.items():
@@ -492,7 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{len(kernels)} kernel rows read; skipped: {dict(skipped) or 'none'}")
     below = [k for k in kernels if k.measured_s < k.bound_s * (1 - 1e-6)]
     for k in below:
-        print(f"  below its bound, not fitted: {k.row['device']} {k.kind} {k.row.get('impl')} {k.row['where'][:90]} ({k.measured_s / k.bound_s:.2f})")
+        print(
+            f"  below its bound, not fitted: {k.row['device']} {k.kind} {k.row.get('impl')} {k.row['where'][:90]} ({k.measured_s / k.bound_s:.2f})"
+        )
     kernels = fastest([k for k in kernels if k not in below])
     print(f"{len(kernels)} rows fitted: the fastest implementation of each shape")
     for name in FAMILIES:

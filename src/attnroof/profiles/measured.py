@@ -20,9 +20,10 @@ from typing import Any
 
 from attnroof.cost import Cost
 from attnroof.devices import Device, get_device
-from attnroof.ops.attention import attention, decode
 from attnroof.ops import backward as bwd
 from attnroof.ops import elementwise as ew
+from attnroof.ops.attention import FUSED, attention, chunk, decode
+from attnroof.ops.latent import latent_attention
 from attnroof.ops.linear import linear
 from attnroof.roofline import Roof
 
@@ -119,9 +120,12 @@ def _measured(r: dict[str, Any], flops: float, nbytes: float) -> float:
 
 
 def _gemm(r: dict[str, Any]) -> tuple[Cost, tuple[dict[str, Any], ...]]:
+    """Once a group (a grouped GEMM of ``groups`` alike); an fp8 output counted at one byte."""
     it = ITEMSIZE[r["dtype"]]
-    cost = linear(r["m"], r["k"], r["n"], itemsize=it, weight_itemsize=it)
-    return cost, ({"kernel": "gemm", "t": r["m"], "k": r["k"], "m": r["n"]},) * len(cost.stages)
+    cost = linear(r["m"], r["k"], r["n"], itemsize=it, weight_itemsize=it) * r.get("groups", 1)
+    return cost, ({"kernel": "gemm", "t": r["m"] * r.get("groups", 1), "k": r["k"], "m": r["n"]},) * len(
+        cost.stages
+    )
 
 
 def _attention(r: dict[str, Any]) -> tuple[Cost, tuple[dict[str, Any], ...]]:
@@ -129,7 +133,7 @@ def _attention(r: dict[str, Any]) -> tuple[Cost, tuple[dict[str, Any], ...]]:
     heads, kv = r["heads"], r.get("kv_heads") or r["heads"]
     kw = dict(
         fused=True, causal=bool(r.get("causal")), group=heads // kv, itemsize=it, batch=r["batch"], kv_heads=kv,
-        d_v=r.get("head_dim_v"), queries=r["seq_q"] if r["seq_q"] != r["seq_k"] else None,
+        d_v=r.get("head_dim_v"), queries=r["seq_q"] if r["seq_q"] != r["seq_k"] else None, window=r.get("window"),
     )  # fmt: skip
     passes = {
         "fwd": (attention,),
@@ -146,13 +150,39 @@ def _attention(r: dict[str, Any]) -> tuple[Cost, tuple[dict[str, Any], ...]]:
     return Cost(tuple(st for c in costs for st in c.stages)), shapes
 
 
+MLA_NOPE, MLA_V = 128, 128
+"""DeepSeek-V3's widths: only the absorb GEMMs use them, not the fused stage a FlashMLA row times."""
+
+
 def _decode(r: dict[str, Any]) -> tuple[Cost, tuple[dict[str, Any], ...]]:
+    """``seq_q`` new tokens a sequence against ``seq_k`` cached ones (the chunk formula when
+    more than one); a latent (MLA) cache: the fused stage of absorbed latent attention."""
     it = ITEMSIZE[r["dtype"]]
+    s_q, s_k = r.get("seq_q", 1), r["seq_k"]
     heads, kv = r["heads"], r.get("kv_heads") or r["heads"]
-    cost = decode(
-        r["seq_k"], r["head_dim"], fused=True, group=heads // kv, itemsize=it, batch=r["batch"], kv_heads=kv,
-        d_v=r.get("head_dim_v"),
-    )  # fmt: skip
+    if r.get("latent"):
+        v = r["head_dim_v"]
+        full = latent_attention(
+            s_q, s_k, heads=heads, kv_lora_rank=v, qk_rope_head_dim=r["head_dim"] - v, qk_nope_head_dim=MLA_NOPE,
+            v_head_dim=MLA_V, causal=s_q > 1, batch=r["batch"], itemsize=it,
+        )  # fmt: skip
+        cost = Cost(tuple(st for st in full.stages if st.name == FUSED))
+    elif s_q > 1:
+        cost = chunk(
+            s_q,
+            s_k,
+            r["head_dim"],
+            d_v=r.get("head_dim_v"),
+            group=heads // kv,
+            batch=r["batch"],
+            kv_heads=kv,
+            itemsize=it,
+        )
+    else:
+        cost = decode(
+            s_k, r["head_dim"], fused=True, group=heads // kv, itemsize=it, batch=r["batch"], kv_heads=kv,
+            d_v=r.get("head_dim_v"),
+        )  # fmt: skip
     return cost, ({"kernel": "decode"},) * len(cost.stages)
 
 
