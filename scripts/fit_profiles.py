@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnroof.errors import AttnroofError  # noqa: E402
-from attnroof.profiles import Attention, Gemm, Link, Memory, Profile  # noqa: E402
+from attnroof.profiles import Gemm, Memory, Profile  # noqa: E402
 from attnroof.profiles.kernels import ForecastRoof  # noqa: E402
 from attnroof.profiles.measured import KERNEL_KINDS, MEMORY_KINDS, Kernel, kernel  # noqa: E402
 
@@ -212,7 +212,7 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     if not xs:
         return math.nan
     s = sorted(xs)
-    return s[min(len(s) - 1, int(math.ceil(q * len(s))) - 1)]
+    return s[min(len(s) - 1, math.ceil(q * len(s)) - 1)]
 
 
 # ---------------------------------------------------------------- the kinds' models
