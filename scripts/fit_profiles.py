@@ -552,7 +552,9 @@ def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], pu
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the profiles into the package")
+    ap.add_argument("--markdown", action="store_true", help="print the held-out error table for docs/forecasts.md")
     args = ap.parse_args(argv)
+    table: list[str] = []
     rows, public = public_rows()
     kernels: list[Kernel] = []
     skipped: dict[str, int] = defaultdict(int)
@@ -584,6 +586,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  gemm {p.gemm}\n  attention {p.attention}\n  memory {p.memory}")
             if args.write:
                 (OUT / f"{name}-{group}.toml").write_text(render(p, notes, errors, public), encoding="utf-8")
+            for kind, errs in errors.items():
+                if errs:
+                    pooled = "pooled" if "pooled" in notes[kind] else "own"
+                    table.append(
+                        f"| {name} | {group} | {kind} | {len(errs)} | {pooled} | {statistics.median(errs):.1%} | {_quantile(errs, 0.9):.1%} |"
+                    )
+    if args.markdown:
+        print("\n| family | dtype | kind | held-out rows | rows | median | p90 |\n|:--|:--|:--|--:|:--|--:|--:|")
+        print("\n".join(table))
     return 0
 
 
