@@ -5,6 +5,7 @@ one's own, or ``none`` for the bound alone."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from attnroof.devices import Device
@@ -105,3 +106,108 @@ def spread_totals_json(
     elif s.phase == "decode":
         out["forecast_tokens_per_s"] = s.batch / time_s
     return out
+
+
+def plan_forecast(job: Any, plan: Any, run: Any, links: Any) -> Any:
+    """The plan's forecast (:mod:`attnroof.model.forecast`): its spread on the forecast's roof
+    and links without overlap, and the step's time from it; ``None`` without a profile."""
+    roof = forecast_roof(job.args, job.device, job.dt, job.roof)
+    if roof is None:
+        return None
+    from dataclasses import replace
+
+    from attnroof.model.forecast import forecast_links, forecast_time
+
+    serial = run(replace(plan, overlap=False), roof, forecast_links(links, roof.profile))
+    return roof.profile, serial, forecast_time(serial, roof.profile)
+
+
+def _level(job: Any) -> str:
+    return "train" if job.args.phase == "train" else "step"
+
+
+def plan_forecast_json(out: dict[str, Any], ahead: Any, s: Any, job: Any) -> dict[str, Any]:
+    """A plan's forecast into its JSON ``out`` (unchanged without one): the totals' forecast
+    figures, each stage's forecast (its bound plus the unhidden share of what the serial
+    estimate adds), the basis."""
+    if ahead is None:
+        return out
+    profile, serial, t = ahead
+    out["totals"] |= spread_totals_json(s, t, job.model, job.args.context, job.roof.peak_flops_per_s)
+    for st, fst in zip(out["stages"], serial.stages, strict=True):
+        st["forecast_time_s"] = fst.bound_s + (1 - profile.overlap.tensor) * (fst.time_s - fst.bound_s)
+    out["forecast"] = forecast_json(profile, _level(job), t, s.bound_time_s)
+    return out
+
+
+def plan_forecast_line(ahead: Any, s: Any, job: Any) -> str:
+    """``\n\nforecast step 15.1 s, profile h100 bf16 (±9% held out); bound ≥ 9.59 s; forecast MFU
+    49.4%``, or nothing without a forecast."""
+    if ahead is None:
+        return ""
+    from attnroof.text.forecast import forecast_line
+
+    profile, _, t = ahead
+    line = forecast_line(profile, _level(job), t, s.bound_time_s, "step")
+    fig = spread_totals_json(s, t, job.model, job.args.context, job.roof.peak_flops_per_s)
+    return "\n\n" + line + (f"; forecast MFU {fig['forecast_mfu']:.1%}" if "forecast_mfu" in fig else "")
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """One command's kernels forecast: each variant's (``unfused``, ``fused``; or the GEMM's,
+    under ``""``) forecast and bound, with the profile that gave them."""
+
+    profile: Any
+    times: dict[str, tuple[float, float]]
+    """label → (forecast, bound), seconds."""
+
+    def into(self, out: dict[str, Any]) -> None:
+        """Each variant's ``forecast_time_s`` and ``forecast`` into its JSON object."""
+        for label, (t, bound) in self.times.items():
+            out[label] |= {"forecast_time_s": t, "forecast": forecast_json(self.profile, "kernel", t, bound)}
+
+    def json(self) -> dict[str, Any]:
+        """The one variant's fields, for a command whose JSON has no variants (``linear``)."""
+        ((t, bound),) = self.times.values()
+        return {"forecast_time_s": t, "forecast": forecast_json(self.profile, "kernel", t, bound)}
+
+    def text(self) -> str:
+        from attnroof.text.forecast import forecast_line
+
+        return "\n".join(
+            forecast_line(self.profile, "kernel", t, b, label) for label, (t, b) in self.times.items()
+        )
+
+
+def comparison_forecast(
+    args: Any, dev: Any, dt: Any, roof: Roof, cmp: Any, kind: str, causal: bool
+) -> Kernels | None:
+    """The ``attention``/``decode`` commands' unfused and fused costs forecast stage by stage."""
+    on = forecast_roof(args, dev, dt, roof)
+    if on is None:
+        return None
+    shape = dict(
+        queries=1 if kind == "decode" else args.s,
+        keys=args.s,
+        d=args.d,
+        units=args.batch * args.heads,
+        causal=causal,
+    )
+    times = {
+        label: (cost_forecast(on, v.cost, **shape), v.placement.time_s)
+        for label, v in (("unfused", cmp.unfused), ("fused", cmp.fused))
+    }
+    return Kernels(on.profile, times)
+
+
+def gemm_forecast(args: Any, dev: Any, dt: Any, roof: Roof, cost: Any, bound_s: float) -> Kernels | None:
+    """The ``linear`` command's GEMM forecast."""
+    on = forecast_roof(args, dev, dt, roof)
+    if on is None:
+        return None
+    kernel = {"kernel": "gemm", "t": args.n, "k": args.k, "m": args.m}
+    return Kernels(
+        on.profile,
+        {"": (float(sum(on.kernel_time(st.flops, st.bytes, kernel) for st in cost.stages)), bound_s)},
+    )

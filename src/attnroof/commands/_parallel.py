@@ -8,8 +8,9 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from attnroof.commands import _forecast
 from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
-from attnroof.commands._train import recompute_of
+from attnroof.commands._train import SHARDING_FLAGS, recompute_of, sharding_choices, sharding_of
 from attnroof.errors import InputError
 from attnroof.model.train_options import TRAIN
 
@@ -101,7 +102,7 @@ def add_link_args(g: Any) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "cp", "etp", "fit", "sweep_tp", "zero", "virtual_stages")
+    flags = ("tp", "pp", "ep", "dp", "cp", "etp", "fit", "sweep_tp", "zero", "virtual_stages", *SHARDING_FLAGS)  # fmt: skip
     return (
         any(getattr(args, f) not in (None, False) for f in flags)
         or args.sp
@@ -122,6 +123,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
         tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
         overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
         schedule=args.schedule, virtual_stages=args.virtual_stages or 1, cp=cp, cp_comm=args.cp_comm,
+        **sharding_of(args),
     )  # fmt: skip
 
 
@@ -184,8 +186,9 @@ def run_parallel(job: Any) -> int:
             param="--zero",
         )
 
-    def run(p: Plan, roof: Any = None, on: Links | None = None) -> Spread:
-        """The plan on the bound's roof and links (or on a forecast's)."""
+    def run(
+        p: Plan, roof: Any = None, on: Links | None = None
+    ) -> Spread:  # a forecast's roof and links, or the bound's
         roof, on = roof or job.roof, on or links
         if args.phase == TRAIN:
             return train_spread(
@@ -213,21 +216,7 @@ def run_parallel(job: Any) -> int:
     if args.sweep_tp:
         runs = [run(replace(plan, tp=t)) for t in args.sweep_tp]
         return _emit_sweep(job, runs)
-    return _emit(job, run(plan), links, _forecast_of(job, plan, run, links))
-
-
-def _forecast_of(job: Any, plan: Plan, run: Any, links: Links) -> Any:
-    """The plan's forecast (:mod:`attnroof.model.forecast`): its spread on the forecast's roof
-    and links without overlap, and the step's time from it; ``None`` without a profile."""
-    from attnroof.commands import _forecast
-
-    roof = _forecast.forecast_roof(job.args, job.device, job.dt, job.roof)
-    if roof is None:
-        return None
-    from attnroof.model.forecast import forecast_links, forecast_time
-
-    serial = run(replace(plan, overlap=False), roof, forecast_links(links, roof.profile))
-    return roof.profile, serial, forecast_time(serial, roof.profile)
+    return _emit(job, run(plan), links, _forecast.plan_forecast(job, plan, run, links))
 
 
 def _train_prec(job: Any) -> TrainPrecision:
@@ -277,39 +266,19 @@ def head_of(job: Any) -> dict[str, Any]:
 
 
 def _emit(job: Any, s: Spread, links: Links, ahead: Any = None) -> int:
-    from attnroof.commands import _calibration, _forecast
+    from attnroof.commands import _calibration
 
     a = job.args
     cal = _calibration.load(a, job.device, job.dt)
     pred = None if cal is None else _calibration.spread_step(a, cal, job.model, s, job.prec, job.fused)
-    level = "train" if a.phase == TRAIN else "step"
     if a.json:
         out = {**head_of(job), **spread_json(job, s, links)} | ({} if pred is None else {"predicted": pred})
-        if ahead is not None:
-            profile, serial, t = ahead
-            out["totals"] |= _forecast.spread_totals_json(
-                s, t, job.model, a.context, job.roof.peak_flops_per_s
-            )
-            for st, fst in zip(out["stages"], serial.stages, strict=True):
-                st["forecast_time_s"] = fst.bound_s + (1 - profile.overlap.tensor) * (
-                    fst.time_s - fst.bound_s
-                )
-            out["forecast"] = _forecast.forecast_json(profile, level, t, s.bound_time_s)
-        emit_json(out)
+        emit_json(_forecast.plan_forecast_json(out, ahead, s, job))
         return 0
-    from attnroof.text.parallel import spread_text
+    from attnroof.text.parallel import forecast_text, spread_text
 
-    print(spread_text(job.setting, s, links, text_setting(job)))
-    if ahead is not None:
-        from attnroof.text.forecast import forecast_line
-
-        profile, _, t = ahead
-        line = forecast_line(profile, level, t, s.bound_time_s, "step")
-        fig = _forecast.spread_totals_json(s, t, job.model, a.context, job.roof.peak_flops_per_s)
-        print("\n" + line + (f"; forecast MFU {fig['forecast_mfu']:.1%}" if "forecast_mfu" in fig else ""))
+    print(spread_text(job.setting, s, links, text_setting(job)) + _forecast.plan_forecast_line(ahead, s, job))
     if pred is not None:
-        from attnroof.text.parallel import forecast_text
-
         print("\n" + forecast_text(pred, a.batch, a.phase == "decode"))
     return 0
 
@@ -319,7 +288,9 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
     summary = sweep_summary(runs)
     if job.args.json:
-        rows = [{"parallel": r.plan.to_json(), "totals": totals_of(job, r), "fits": r.fits,
+        from attnroof.model.plans import plan_json
+
+        rows = [{"parallel": plan_json(r), "totals": totals_of(job, r), "fits": r.fits,
                  "memory_per_device": r.busiest_memory.to_json()} for r in runs]  # fmt: skip
         emit_json({**head_of(job), "rows": rows, **summary})
         return 0
@@ -331,7 +302,8 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
 def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
     """The plan search on 1, 2, 4, … devices until one fits, holding what the flags fix (the
-    recomputation, ``--zero``, ``--sp``, ``--overlap``; ``--sweep-tp``: the TP degrees tried)."""
+    recomputation, ``--zero`` and the sharding policy's flags, ``--sp``, ``--overlap``;
+    ``--sweep-tp``: the TP degrees tried)."""
     from attnroof.model.search import Choices, Option, fit
     from attnroof.model.spread import spread
     from attnroof.model.train_spread import train_spread
@@ -343,6 +315,7 @@ def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
         cps=(1,),
         schedules=("1f1b",),
         zeros=None if a.zero is None else (a.zero,),
+        **sharding_choices(a),
         recomputes=(recompute_of(a),),
         sp=a.sp,
         overlap=a.overlap,

@@ -166,18 +166,7 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
         **extra,
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
-    fc_roof = _forecast.forecast_roof(args, dev, dt, roof)
-    queries = 1 if kind == "decode" else args.s
-    units = args.batch * args.heads
-    ahead = (
-        {}
-        if fc_roof is None
-        else {
-            label: _forecast.cost_forecast(fc_roof, v.cost, queries=queries, keys=args.s, d=args.d, units=units,
-                                           causal=bool(extra.get("causal")))
-            for label, v in (("unfused", cmp.unfused), ("fused", cmp.fused))
-        }
-    )  # fmt: skip
+    ahead = _forecast.comparison_forecast(args, dev, dt, roof, cmp, kind, bool(extra.get("causal")))
     cal = _calibration.load(args, dev, dt)
     fc = None
     if cal is not None:
@@ -196,10 +185,8 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
             **cmp.to_json(),
             **pred,
         }
-        for label, t in ahead.items():
-            bound = getattr(cmp, label).placement.time_s
-            out[label]["forecast_time_s"] = t
-            out[label]["forecast"] = _forecast.forecast_json(fc_roof.profile, "kernel", t, bound)
+        if ahead is not None:
+            ahead.into(out)
         emit_json(out)
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
@@ -209,13 +196,8 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
 
             text += "\n\n" + recompute_note(cmp)
         print(text)
-        if ahead:
-            from attnroof.text.forecast import forecast_line
-
-            print()
-            for label, t in ahead.items():
-                bound = getattr(cmp, label).placement.time_s
-                print(forecast_line(fc_roof.profile, "kernel", t, bound, label))
+        if ahead is not None:
+            print("\n" + ahead.text())
         if fc is not None:
             print("\n" + _calibration.predicted_text(fc, cmp.fused.placement.time_s, cal))
     return 0
@@ -328,11 +310,7 @@ def _linear_run(args: argparse.Namespace) -> int:
         if cal is None
         else _calibration.predicted(args, cal, "linear", {"n": args.n, "k": args.k, "m": args.m})
     )
-    fc_roof = _forecast.forecast_roof(args, dev, dt, roof)
-    ahead = None
-    if fc_roof is not None:
-        kernel = {"kernel": "gemm", "t": args.n, "k": args.k, "m": args.m}
-        ahead = sum(fc_roof.kernel_time(st.flops, st.bytes, kernel) for st in cost.stages)
+    ahead = _forecast.gemm_forecast(args, dev, dt, roof, cost, p.time_s)
     if args.json:
         emit_json(
             {
@@ -347,10 +325,7 @@ def _linear_run(args: argparse.Namespace) -> int:
                 "stages": [stage_json(s) for s in cost],
                 "crossover": {"n_min": cross.s_min, **cross.to_json()},
                 **({} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}),
-                **({} if ahead is None else {
-                    "forecast_time_s": ahead,
-                    "forecast": _forecast.forecast_json(fc_roof.profile, "kernel", ahead, p.time_s),
-                }),
+                **({} if ahead is None else ahead.json()),
             }
         )  # fmt: skip
         return 0
@@ -361,9 +336,7 @@ def _linear_run(args: argparse.Namespace) -> int:
         text = linear_pass_text(args.pass_, text, cost, roof)
     print(text)
     if ahead is not None:
-        from attnroof.text.forecast import forecast_line
-
-        print("\n" + forecast_line(fc_roof.profile, "kernel", ahead, p.time_s))
+        print("\n" + ahead.text())
     if fc is not None:
         print("\n" + _calibration.predicted_text(fc, p.time_s, cal))
     return 0

@@ -79,6 +79,8 @@ class Attention:
     """0: the causal mask's exact half (no whole tiles)."""
     memory: float = 1.0
     decode: float = 1.0
+    backward: float = 1.0
+    """The backward kernel's ceiling over the forward's (FlashAttention's backward reaches less)."""
     launch_s: float = 0.0
 
 
@@ -195,22 +197,44 @@ _SECTIONS: dict[str, tuple[type, dict[str, type]]] = {
     ),
     "attention": (
         Attention,
-        {"s_half": float, "block": int, "memory": float, "decode": float, "launch_s": float},
+        {
+            "s_half": float,
+            "block": int,
+            "memory": float,
+            "decode": float,
+            "backward": float,
+            "launch_s": float,
+        },
     ),
     "memory": (Memory, {"fraction": float, "cache": float, "launch_s": float}),
     "scaleup": (Link, {"fraction": float, "latency": float}),
     "scaleout": (Link, {"fraction": float, "latency": float}),
     "overlap": (Overlap, {"tensor": float, "data": float, "pipeline": float, "context": float}),
 }
-_FRACTIONS = {"ceiling", "memory", "decode", "fraction", "cache", "tensor", "data", "pipeline", "context"}
+_FRACTIONS = {
+    "ceiling",
+    "memory",
+    "decode",
+    "backward",
+    "fraction",
+    "cache",
+    "tensor",
+    "data",
+    "pipeline",
+    "context",
+}
 """Figures that are a share of a roof: in (0, 1]; a forecast is never below its bound."""
+_SHARES = {"tensor", "data", "pipeline", "context"}
+"""Shares of communication hidden: from 0 (none) to 1 (all, as the bound assumes)."""
 
 
 def _bad(path: str, what: str) -> InputError:
     return InputError(f"{path}: {what}", param="profile")
 
 
-def _figure(where: str, key: str, raw: Any, sources: Mapping[str, Source], kind: type) -> Figure:
+def _figure(
+    where: str, key: str, raw: Any, sources: Mapping[str, Source], kind: type, *, plain: bool = False
+) -> Figure:
     """``raw`` = ``{ value = ..., source = "id" }``, checked: a number with a known source, a
     fraction in (0, 1], a cost or size ≥ 0 (a multiplier on latency ≥ 1)."""
     path = f"{where}.{key}"
@@ -226,7 +250,11 @@ def _figure(where: str, key: str, raw: Any, sources: Mapping[str, Source], kind:
     value = float(value)
     if not value == value or value in (float("inf"), float("-inf")):
         raise _bad(path, f"value {value} is not finite")
-    if key in _FRACTIONS and not 0 < value <= 1:
+    if plain:  # an error: any size, not negative
+        key = ""
+    if key in _SHARES and not 0 <= value <= 1:
+        raise _bad(path, f"value {value} must be a share from 0 to 1 (of the communication hidden)")
+    if key in _FRACTIONS and key not in _SHARES and not 0 < value <= 1:
         raise _bad(path, f"value {value} must be a fraction in (0, 1]: a real kernel does not beat its roof")
     if key == "latency" and value < 1:
         raise _bad(path, f"value {value} must be at least 1 (a factor on the bound's latency)")
@@ -309,7 +337,7 @@ def parse(text: str, origin: str) -> Profile:
     err: dict[str, dict[str, float]] = {"median": {}, "p90": {}}
     for which in err:
         for level, raw in doc.get("error", {}).get(which, {}).items():
-            fig = _figure(f"{origin}: error.{which}", level, raw, sources, float)
+            fig = _figure(f"{origin}: error.{which}", level, raw, sources, float, plain=True)
             figures[f"error.{which}.{level}"] = fig
             err[which][level] = fig.value
     error = Error(err["median"], err["p90"])

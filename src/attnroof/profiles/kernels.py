@@ -106,10 +106,13 @@ def gemm_time(g: Gemm, sms: int, roof: Roof, flops: Num, nbytes: Num, t: Num, k:
     )
 
 
-def attention_time(a: Attention, roof: Roof, flops: Num, nbytes: Num, d: int, s: Num, causal: bool) -> Num:
-    """Fused attention (prefill or training) at head dimension ``d`` over ``s`` keys."""
+def attention_time(
+    a: Attention, roof: Roof, flops: Num, nbytes: Num, d: int, s: Num, causal: bool, backward: bool = False
+) -> Num:
+    """Fused attention (prefill or training; ``backward``: its backward kernel) at head
+    dimension ``d`` over ``s`` keys."""
     work = flops * (diagonal_factor(s, a.block) if causal else 1.0)
-    eta = log_interp(a.ceiling, d) * s / (s + a.s_half)
+    eta = log_interp(a.ceiling, d) * s / (s + a.s_half) * (a.backward if backward else 1.0)
     return a.launch_s + arrays.maximum(
         work / (eta * roof.peak_flops_per_s), nbytes / (a.memory * roof.bandwidth_bytes_per_s)
     )
@@ -139,9 +142,9 @@ def kernel_time(profile: Profile, kind: str, roof: Roof, flops: Num, nbytes: Num
             profile.gemm, shape.get("sms", 0), roof, flops, nbytes, shape["t"], shape["k"], shape["m"]
         )
     if kind == ATTENTION:
-        return attention_time(
-            profile.attention, roof, flops, nbytes, shape["d"], shape["s"], shape.get("causal", False)
-        )
+        a = profile.attention
+        causal, back = shape.get("causal", False), shape.get("backward", False)
+        return attention_time(a, roof, flops, nbytes, shape["d"], shape["s"], causal, back)
     if kind == DECODE:
         return decode_time(profile.attention, roof, flops, nbytes)
     if kind == MEMORY:
