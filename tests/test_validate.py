@@ -90,6 +90,7 @@ def test_a_handful_of_rows_end_to_end(tmp_path, capsys):
     assert V.main(["--profile", TOY, "--rows", rows, "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "Per level" in text and "Rows that did not run (2)" in text
+    assert "toy bf16   10.0%" in text  # the profile's own held-out kernel error, as its file states it
     doc = json.loads(out.read_text())
     got = {r["id"]: r for r in doc["rows"]}
     assert set(got) == {"narayanan2021-001", "lmdeploy_a100_v020-006", "vllm_fp8kv_2026-006"}
