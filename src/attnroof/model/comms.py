@@ -61,12 +61,14 @@ class CommOp:
     behind: str = ""
     """The operator kind whose kernels alone can hide it (the K/V ring: attention); "" for any."""
     time_s: Any = field(init=False, repr=False, compare=False)
-    """One run's time on its link (:meth:`Comm.on`), worked out once: a float, or an array for
-    a collective of an array of sizes (the serving engine's tables)."""
+    """One run's time on its link under the fastest algorithm the link allows
+    (:func:`attnroof.ops.collectives.fastest`, which also replaces ``comm`` by that algorithm's),
+    worked out once: a float, or an array for a collective of an array of sizes (the serving
+    engine's tables, a search's)."""
 
     def __post_init__(self) -> None:
-        link = self.link
-        t = self.comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s)
+        comm, t = coll.fastest(self.comm, self.link)
+        object.__setattr__(self, "comm", comm)
         object.__setattr__(self, "time_s", float(t) if arrays.is_scalar(t) else t)
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +86,7 @@ class CommOp:
             "total_time_s": self.count * self.time_s,
             "layer_kind": self.layer_kind,
             "operator": self.comm.collective,
+            "algorithm": self.comm.algorithm,
             **({"pass": self.pass_name} if self.pass_name else {}),
         }
 

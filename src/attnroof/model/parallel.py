@@ -306,9 +306,19 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
 
 
 def group_link(links: Links, n: int, stride: int, what: str) -> Link:
-    """The link a group of ``n`` devices ``stride`` apart communicates over: scale-up when
-    ``stride · n`` devices fit in one scale-up domain (or the domain is unknown), else
-    scale-out. :class:`InputError` when the device has no such figure."""
+    """The link a group of ``n`` devices ``stride`` apart communicates over: the NVLink bridge
+    when the ``stride · n`` devices it spans are one bridged set (a pair of cards), scale-up
+    when they fit in one scale-up domain (or the domain is unknown), else scale-out.
+    :class:`InputError` when the device has no such figure.
+
+    >>> from attnroof.devices.links import Links
+    >>> nvl = Links(scaleup_bytes_per_s=63e9, scaleup_domain=8, bridge_bytes_per_s=300e9)
+    >>> group_link(nvl, 2, 1, "--tp 2").kind, group_link(nvl, 4, 1, "--tp 4").kind
+    ('bridge', 'scale-up')
+    """
+    bridge = links.bridge
+    if bridge is not None and stride * n <= links.bridge_devices:
+        return bridge
     domain = links.scaleup_domain
     if domain is None or stride * n <= domain:
         if links.scaleup is None:

@@ -255,14 +255,12 @@ def _comm_time(
     model: ModelConfig, plan: Plan, shard: Any, step: Step, links: Links, *, head: bool, last: bool
 ) -> Any:
     """The plan's collectives over a step of ``step.batch`` tokens (or, ``head``, the logits of
-    that many sequences), in series: Σ count × (α₀ + steps·α + bytes/β)."""
+    that many sequences), in series: Σ count × time, each at the fastest algorithm its link
+    allows (the engines' one-shot and two-shot all-reduces on NVLink; :class:`CommOp`)."""
     total: Any = 0.0
     for c in stage_comms(model, plan, shard, step, links, last=last):
         if (c.layer_kind == HEAD) == head:
-            link = c.link
-            total = total + c.count * c.comm.time_s(
-                link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s
-            )
+            total = total + c.count * c.time_s
     return total
 
 

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 from attnroof.devices import Device
+from attnroof.devices.links import BRIDGE
 from attnroof.dtypes import DTYPES, rate_unit
 from attnroof.escaping import escaped
 from attnroof.text.render import table
@@ -141,11 +142,13 @@ def device_text(dev: Device) -> str:
 def link_text(dev: Device) -> str:
     """Scale-up and scale-out links in words: bandwidth one way per device, domain, latency."""
     parts = []
-    for link, domain in ((dev.links.scaleup, dev.links.scaleup_domain), (dev.links.scaleout, None)):
-        if link is None:
-            continue
+    for link, domain in dev.links.each():
         name = f" ({escaped(link.name)})" if link.name else ""
-        size = f", {domain} devices a domain" if domain else ""
+        size = f", {domain} devices a domain" if domain and link.kind != BRIDGE else ""
+        size += f", joining {domain} cards" if link.kind == BRIDGE else ""
+        traits = [t for t, on in (("switch reduces (NVLS)", link.switch_reduction),
+                                  ("peer access", link.peer_access)) if on]  # fmt: skip
+        size += "".join(f", {t}" for t in traits)
         parts.append(
             f"{link.kind} {fig(link.bandwidth_bytes_per_s, GB)} GB/s one way{name}{size}, "
             f"{link.base_latency_s * 1e6:g} µs a call + {link.latency_s * 1e6:g} µs a step"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from attnroof.devices.links import Links
+from attnroof.devices.links import BRIDGE, Link, Links
 from attnroof.model.comms import CommOp
 from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1
 from attnroof.model.search import Fit
@@ -48,12 +48,26 @@ def layer_ranges(ranges: Sequence[tuple[int, int]]) -> str:
     return ", ".join(f"{first}–{stop - 1}" for first, stop in ranges)
 
 
+def link_traits(link: Link, domain: int | None) -> list[str]:
+    """What a link is and can do, in words: its domain, peer access, in-switch reduction."""
+    out = [f"{domain} a domain"] if domain else []
+    if link.switch_reduction:
+        out.append("switch reduces (NVLS)")
+    if link.peer_access and link.kind != BRIDGE:  # a bridge always has it
+        out.append("peer access")
+    return out
+
+
+def bridged(devices: int | None) -> str:
+    return "pairs" if devices == 2 else f"sets of {devices}"
+
+
 def links_line(links: Links) -> str:
     out = []
-    for link, domain in ((links.scaleup, links.scaleup_domain), (links.scaleout, None)):
-        if link is not None:
-            size = f" ({domain} a domain)" if domain else ""
-            out.append(f"{link.kind} {render.num(link.bandwidth_bytes_per_s / GB)} GB/s one way{size}")
+    for link, domain in links.each():
+        traits = link_traits(link, domain) if link.kind != BRIDGE else [bridged(domain)]
+        size = f" ({', '.join(traits)})" if traits else ""
+        out.append(f"{link.kind} {render.num(link.bandwidth_bytes_per_s / GB)} GB/s one way{size}")
     return "links: " + ("; ".join(out) or "none")
 
 
@@ -61,7 +75,7 @@ def comm_row(c: CommOp, step_time_s: float, runs: int = 1) -> list[str]:
     """A collective in the operator table's columns: bytes it sends, its time on the link, and
     its share of the step when the step runs it ``runs`` times as often (once per micro-batch)."""
     return [
-        f"{c.comm.name} [{c.comm.collective}, {c.comm.devices} dev, {c.link.kind}]",
+        f"{c.comm.name} [{c.comm.collective}, {c.comm.algorithm}, {c.comm.devices} dev, {c.link.kind}]",
         f"×{c.count}" if c.count > 1 else "",
         "—",
         render.nbytes(float(c.comm.bytes_per_device)) + " sent",
