@@ -119,10 +119,10 @@ def test_a_decode_all_reduce_on_8_h100_is_bound_below_what_the_engines_measure()
     assert t[NVLS] == pytest.approx(2 * 0.47e-6 + m / 450e9)  # 0.94 + 0.291 = 1.231 µs
     c, best = fastest(all_reduce(m, 8), H100)
     assert c.algorithm == NVLS and best == pytest.approx(1.2313e-6, rel=1e-4)
-    assert best <= 2.25e-6  # the engines' custom all-reduces: 2.25-4.6 µs on 8 GPUs
+    assert best <= 2.25e-6  # the engines' custom all-reduces: 2.25-4.6 µs on 8 GPUs (issue 33)
     # one token (16,384 B): one-shot wins, 0.47 µs + 7 × 16,384 / 450e9 = 0.725 µs, against
     # two-shot's 0.94 + 0.064 and NVLS's 0.94 + 0.036; SGLang's H100 custom all-reduce at TP 8
-    # measures 5.7-7.8 µs at 4-32 kB (sgl-project/sglang#2904): above it
+    # measures 5.7-7.8 µs at 4-32 kB without CUDA graphs (sgl-project/sglang#2904): above it
     c, one = fastest(all_reduce(8192 * 2, 8), H100)
     assert c.algorithm == ONE_SHOT and one == pytest.approx(0.7249e-6, rel=1e-3)
     # A100's NVSwitch 2 has peer access but no NVLS: two-shot, 0.94 + 1.75 × 131,072 / 300e9 = 1.705 µs
