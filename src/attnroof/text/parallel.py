@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from attnroof.devices.links import BRIDGE, Link, Links
+from attnroof.devices.links import BRIDGE, Links
 from attnroof.model.comms import CommOp
 from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1
 from attnroof.model.search import Fit
@@ -15,6 +15,7 @@ from attnroof.model.spread import Spread
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
 from attnroof.text import render
+from attnroof.text.devices import link_abilities
 from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
 from attnroof.text.render import table
 from attnroof.units import GB, duration
@@ -48,24 +49,15 @@ def layer_ranges(ranges: Sequence[tuple[int, int]]) -> str:
     return ", ".join(f"{first}–{stop - 1}" for first, stop in ranges)
 
 
-def link_traits(link: Link, domain: int | None) -> list[str]:
-    """What a link is and can do, in words: its domain, peer access, in-switch reduction."""
-    out = [f"{domain} a domain"] if domain else []
-    if link.switch_reduction:
-        out.append("switch reduces (NVLS)")
-    if link.peer_access and link.kind != BRIDGE:  # a bridge always has it
-        out.append("peer access")
-    return out
-
-
-def bridged(devices: int | None) -> str:
-    return "pairs" if devices == 2 else f"sets of {devices}"
-
-
 def links_line(links: Links) -> str:
+    """Each link one way per device, with its domain (a bridge: the cards it joins) and what its
+    fabric allows beyond a ring."""
     out = []
-    for link, domain in links.each():
-        traits = link_traits(link, domain) if link.kind != BRIDGE else [bridged(domain)]
+    for link, n in links.each():
+        joins = (
+            ("pairs" if n == 2 else f"sets of {n}") if link.kind == BRIDGE else f"{n} a domain" if n else ""
+        )
+        traits = [t for t in (joins, *link_abilities(link)) if t]
         size = f" ({', '.join(traits)})" if traits else ""
         out.append(f"{link.kind} {render.num(link.bandwidth_bytes_per_s / GB)} GB/s one way{size}")
     return "links: " + ("; ".join(out) or "none")
