@@ -25,7 +25,7 @@ from attnroof.dtypes import DType, dtype
 from attnroof.formats import WeightFormat, weight_format
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.train_options import TRAIN
-from attnroof.ops.experts import ROUTINGS, UNIFORM
+from attnroof.ops.experts import ROUTINGS, Routing
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
 
 if TYPE_CHECKING:  # the analysis is loaded when a step is analysed, the text layer for text output
@@ -77,9 +77,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
     p.add_argument(
         "--routing",
-        choices=ROUTINGS,
-        default=UNIFORM,
-        help="experts a batch touches: 'uniform' routing (the expected number) or 'all' (default uniform)",
+        default="uniform",
+        metavar="FORM",
+        help=f"how the router spreads tokens over experts, which sets the experts a batch touches: {ROUTINGS}; "
+        "a trace file holds one token count per expert, a line each (default uniform)",
     )
     p.add_argument(
         "--mla",
@@ -123,7 +124,13 @@ class _Job:
     @property
     def options(self) -> dict[str, Any]:
         """How experts are routed and latent attention decoded."""
-        return {"routing": self.args.routing, "latent_form": self.args.mla}
+        return {"routing": self.routing, "latent_form": self.args.mla}
+
+    @property
+    def routing(self) -> Routing:
+        """``--routing``, read (a trace's file) and checked against the model in :func:`_run`."""
+        routing: Routing = self.args.routing
+        return routing
 
     def analyse(self, batch: int) -> ModelAnalysis:
         from attnroof.model.analysis import analyse
@@ -148,7 +155,7 @@ class _Job:
             **weights_json(self.model, self.prec, self.wdt.name, always=isinstance(self.wdt, WeightFormat)),
             "kv_dtype": self.kdt.name,
             "fused": self.fused,
-            **({"routing": self.args.routing} if self.model.experts else {}),
+            **({"routing": str(self.routing), **self.routing.to_json()} if self.model.experts else {}),
             **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
             "config": config_json(self.model),
@@ -187,6 +194,7 @@ def _run(args: argparse.Namespace) -> int:
     check_train_flags(args)
     _check_calibration_use(args)
     model = get_model(args.model)
+    args.routing = _routing(args.routing, model, args.phase)
     dev, dt, roof = roof_from_args(args)
     wdt = _weight_dtype(args, dt)
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
@@ -199,6 +207,26 @@ def _run(args: argparse.Namespace) -> int:
         assert isinstance(wdt, DType)
         return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
+
+
+def _routing(text: str, model: ModelConfig, args_phase: str) -> Routing:
+    """``--routing``: its form read (a trace's file) and checked against the model's experts."""
+    from attnroof.errors import InputError, read_text
+    from attnroof.ops.routing import TRACE_LIMIT, parse_routing
+
+    routing = parse_routing(
+        text, read=lambda path: read_text(path, "routing trace", InputError, limit=TRACE_LIMIT)
+    )
+    ex = model.experts
+    if ex is not None:
+        routing.check(ex.experts, ex.top_k)
+    else:
+        require(not routing.counts, f"--routing {text}: {model.name} has no experts to route to")
+    require(
+        routing.kind == "uniform" or args_phase != TRAIN,
+        f"--routing {text}: a training step is costed at uniform routing (its batches touch every expert)",
+    )
+    return routing
 
 
 def _weight_dtype(args: argparse.Namespace, dt: DType) -> DType | WeightFormat:
@@ -265,7 +293,7 @@ def _sweep(job: _Job) -> int:
 
     decode = job.args.phase == "decode"
     runs = [job.analyse(b) for b in job.args.sweep_batch]
-    gemms = gemm_crossovers(job.model, job.roof, job.prec, job.args.routing)
+    gemms = gemm_crossovers(job.model, job.roof, job.prec, job.routing)
     step_batch, share = None, 1.0
     if decode:
         step_batch, share = compute_bound_batch(

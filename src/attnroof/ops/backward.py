@@ -45,7 +45,7 @@ from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.attention import _check, _queries, chunk_keys, chunk_scores, kept_scores
-from attnroof.ops.experts import UNIFORM, expert_share, touched_experts
+from attnroof.ops.experts import UNIFORM, Routing, expert_share, touched_experts
 from attnroof.ops.matmul import expected_matmul_flops, matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
@@ -529,7 +529,7 @@ def expert_backward(
     *,
     experts: Num,
     top_k: Num,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     grad_itemsize: Num | None = None,
