@@ -7,7 +7,9 @@ reads it, field by field, and refused in one line when malformed.
   (``num_experts_per_tok``, ``experts_per_token``), each a gated MLP of ``moe_intermediate_size``
   (else ``intermediate_size``); shared experts (``n_shared_experts`` of that width, or one of
   ``shared_expert_intermediate_size``); dense layers first (``first_k_dense_replace``) or listed
-  (``mlp_only_layers``, ``decoder_sparse_step``).
+  (``mlp_only_layers``, ``decoder_sparse_step``); group-limited routing (``n_group`` groups of
+  contiguous experts, each token's top-k from its ``topk_group`` best: DeepSeek-V2/V3, whose
+  ``topk_method`` "greedy" ignores the groups).
 - **Latent attention** (DeepSeek-V2/V3): ``kv_lora_rank``, ``q_lora_rank`` (null: a plain Q
   projection), ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``.
 - **Windows**: ``layer_types`` when present; else Gemma-2's alternation (even layers local), a
@@ -55,13 +57,21 @@ class Experts:
     buffer, not a parameter (as transformers counts it), and is left out."""
     shared_gate: bool = False
     """Qwen2-MoE's sigmoid gate on the shared expert (a Linear(hidden, 1))."""
+    groups: int = 1
+    """``n_group``: the experts in that many groups of E/groups contiguous experts."""
+    groups_per_token: int = 0
+    """``topk_group``: each token's top-k are chosen from its best groups, that many of them
+    (transformers' ``DeepseekV3TopkRouter.get_topk_indices``); 0: no limit. DeepSeek-V3 lays a
+    group on a node, so a token reaches at most 4 nodes."""
 
     def to_json(self) -> dict[str, Any]:
+        limited = {"expert_groups": self.groups, "groups_per_token": self.groups_per_token}
         return {
             "experts": self.experts,
             "top_k": self.top_k,
             "expert_width": self.width,
             "shared_width": self.shared_width,
+            **(limited if self.groups_per_token else {}),
         }
 
 
@@ -163,6 +173,7 @@ def read_experts(cfg: Mapping[str, Any], where: str, model_type: str, intermedia
     shared = read_int(cfg, "n_shared_experts", where, 0, zero=True) * width
     qwen_shared = read_int(cfg, "shared_expert_intermediate_size", where, 0, zero=True)
     bias = model_type in EXPERT_BIAS_TYPES
+    groups, per_token = _expert_groups(cfg, where, experts, top_k)
     return Experts(
         experts=experts,
         top_k=top_k,
@@ -171,7 +182,28 @@ def read_experts(cfg: Mapping[str, Any], where: str, model_type: str, intermedia
         bias=bias,
         router_bias=experts if bias else 0,
         shared_gate=qwen_shared > 0,
+        groups=groups,
+        groups_per_token=per_token,
     )
+
+
+def _expert_groups(cfg: Mapping[str, Any], where: str, experts: int, top_k: int) -> tuple[int, int]:
+    """``n_group`` and ``topk_group``: (groups, groups a token may choose from; 0 when that is no
+    limit: all of them, one group, or ``topk_method`` "greedy", which routes without groups)."""
+    groups = read_int(cfg, "n_group", where, 1)
+    if experts % groups:
+        raise ModelConfigError(f"{where}: n_group = {groups} does not divide the {experts} experts")
+    per_token = read_int(cfg, "topk_group", where, groups)
+    if per_token > groups:
+        raise ModelConfigError(f"{where}: topk_group = {per_token} exceeds n_group = {groups}")
+    if per_token * (experts // groups) < top_k:
+        raise ModelConfigError(
+            f"{where}: topk_group = {per_token} groups of {experts // groups} experts hold fewer than the "
+            f"{top_k} experts a token picks"
+        )
+    if per_token == groups or cfg.get("topk_method") == "greedy":
+        return groups, 0
+    return groups, per_token
 
 
 def moe_layers(cfg: Mapping[str, Any], where: str, layers: int, experts: Experts | None) -> tuple[bool, ...]:
