@@ -113,6 +113,9 @@ class LayerKind:
     hybrid's config says otherwise (issue 23)."""
     mlp: bool = field(default=True, repr=False)
     """Whether the layer has an MLP (Nemotron-H's Mamba and attention blocks have none)."""
+    rope: bool = field(default=True, repr=False)
+    """Whether its attention applies the model's rotary embedding: False for a NoPE layer
+    (``no_rope_layers`` 0: Llama 4's global layers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,3 +285,66 @@ def layer_windows(cfg: Mapping[str, Any], where: str, layers: int, model_type: s
         first = read_int(cfg, "max_window_layers", where, 0, zero=True)
         return tuple(window if i >= first else None for i in range(layers))
     return (window,) * layers
+
+
+POSITION_TYPES = {"rope": True, "rotary": True, "nope": False, "none": False, "alibi": False}
+"""``position_embedding_type``: whether attention rotates q and k (Granite 4.0-H says "nope";
+ALiBi's bias is added to the scores, not counted)."""
+
+
+def rope_layers(cfg: Mapping[str, Any], where: str, layers: int, default: Any = None) -> tuple[bool, ...]:
+    """For each layer, whether it applies rotary embedding: ``no_rope_layers`` (transformers'
+    Llama 4 and SmolLM3 name, 1 where a layer *does* use RoPE, 0 for a NoPE layer), else
+    ``default(i)`` (Llama 4: every 4th layer NoPE), else all.
+
+    >>> rope_layers({"no_rope_layers": [1, 1, 0]}, "c", 3)
+    (True, True, False)
+    """
+    nope = cfg.get("no_rope_layers")
+    if nope is None:
+        return tuple(bool(default(i)) if default else True for i in range(layers))
+    if (
+        not isinstance(nope, list)
+        or len(nope) != layers
+        or any(v not in (0, 1) or isinstance(v, float) for v in nope)
+    ):
+        raise ModelConfigError(f"{where}: no_rope_layers = {show(nope)} is not {layers} zeros and ones")
+    return tuple(v == 1 for v in nope)
+
+
+def read_rotary_dim(cfg: Mapping[str, Any], where: str, head_dim: int, latent: Latent | None) -> int:
+    """The dims of each head that RoPE turns (0: none): the head, or its share under
+    ``partial_rotary_factor`` (GPT-NeoX's ``rotary_pct``; transformers rounds head_dim × factor
+    down) or ``rotary_dim`` (GPT-J); latent attention's ``qk_rope_head_dim``. None at all where
+    ``position_embedding_type`` says "nope" (or ALiBi).
+
+    >>> read_rotary_dim({"partial_rotary_factor": 0.25}, "c", 256, None)   # Qwen3-Next
+    64
+    """
+    kind = cfg.get("position_embedding_type")
+    if kind is not None:
+        if not isinstance(kind, str) or kind.lower() not in POSITION_TYPES:
+            raise ModelConfigError(
+                f"{where}: position_embedding_type = {show(kind)} is not modelled (known: {', '.join(POSITION_TYPES)})"
+            )
+        if not POSITION_TYPES[kind.lower()]:
+            return 0
+    if latent is not None:
+        return latent.qk_rope_head_dim
+    key = next((k for k in ("partial_rotary_factor", "rotary_pct") if cfg.get(k) is not None), None)
+    if key is not None:
+        factor = cfg[key]
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+            raise ModelConfigError(
+                f"{where}: {key} = {show(factor)} is not a share of the head, above 0 and at most 1"
+            )
+        dims, what = int(head_dim * factor), f"{key} = {factor:g} of head_dim {head_dim}"
+    elif cfg.get("rotary_dim") is not None:
+        dims, what = read_int(cfg, "rotary_dim", where), "rotary_dim"
+        if dims > head_dim:
+            raise ModelConfigError(f"{where}: rotary_dim = {dims} exceeds head_dim = {head_dim}")
+    else:
+        return head_dim
+    if dims == 0 or dims % 2:
+        raise ModelConfigError(f"{where}: {what} is {dims} dims, not a whole number of rotated pairs")
+    return dims

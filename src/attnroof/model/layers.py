@@ -175,7 +175,9 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
         attn_kind = (LOCAL if kind.window is not None else GLOBAL) if mixed_windows else LAYER
         mlp_kind = mlp_row_kind(model, kind)
         if model.mixers is None:
-            built = rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows)
+            built = rows.layer_rows(
+                model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows, rope=kind.rope
+            )
         else:  # a hybrid's layer (issue 23)
             built = hybrid_rows.layer_rows(model, kind, mlp_kind, mixed=mixed_mixers)
         for row in built:
