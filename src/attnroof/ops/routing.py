@@ -153,8 +153,8 @@ class Routing:
     def busiest_expert(self) -> tuple[int, float]:
         """A trace's most-loaded expert and its tokens over the mean expert's (Σc/E).
 
-        >>> Routing("trace", counts=(6, 1, 1, 0)).busiest_expert()
-        (0, 3.0)
+        >>> Routing("trace", counts=(3, 2, 2, 1)).busiest_expert()    # 4 tokens, top-2
+        (0, 1.5)
         """
         c = self.counts
         e = max(range(len(c)), key=c.__getitem__)
@@ -164,8 +164,8 @@ class Routing:
         """A trace's busiest expert-parallel device over the mean, E/ep experts a device in order
         (1 for any other routing: uniform on average, or a skew whose placement is not known).
 
-        >>> Routing("trace", counts=(6, 1, 1, 0)).busiest_device(2)   # devices get 7 and 1
-        1.75
+        >>> Routing("trace", counts=(3, 2, 2, 1)).busiest_device(2)   # devices get 5 and 3
+        1.25
         """
         if self.kind != TRACE_KIND or ep == 1:
             return 1.0
