@@ -120,26 +120,9 @@ def plan_of(args: argparse.Namespace) -> Plan:
     dp = args.dp if args.dp is not None else math.lcm(tp * cp, (etp or tp) * ep) // (tp * cp)
     return Plan(
         tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
-        overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=_imbalance(args, ep),
+        overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
         schedule=args.schedule, virtual_stages=args.virtual_stages or 1, cp=cp, cp_comm=args.cp_comm,
     )  # fmt: skip
-
-
-def _imbalance(args: argparse.Namespace, ep: int) -> float:
-    """``--expert-imbalance``, or under ``--routing trace:FILE`` the trace's busiest device over the
-    mean (its experts E/ep a device, in order); not both."""
-    routing = getattr(args, "routing", None)
-    if not getattr(routing, "counts", ()):
-        return float(args.expert_imbalance)
-    if args.expert_imbalance != 1:
-        raise InputError(
-            f"--expert-imbalance {args.expert_imbalance} with --routing {routing}: the trace already says how "
-            "busy each expert-parallel device is; give one of them",
-            param="--expert-imbalance",
-        )
-    if len(routing.counts) % ep:  # --ep that does not divide the experts: the plan's check refuses it
-        return 1.0
-    return routing.busiest_device(ep)
 
 
 def check_implied_dp(model: ModelConfig, args: argparse.Namespace, plan: Plan) -> None:

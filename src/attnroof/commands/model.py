@@ -20,12 +20,13 @@ from attnroof.commands._common import (
 )
 from attnroof.commands._grid import check_grid, run_grid
 from attnroof.commands._parallel import add_parallel_args, run_parallel, wants_parallel
+from attnroof.commands._routing import add_routing_arg, routing_of
 from attnroof.commands._train import add_train_args, check_train_flags, run_train
 from attnroof.dtypes import DType, dtype
 from attnroof.formats import WeightFormat, weight_format
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.train_options import TRAIN
-from attnroof.ops.experts import ROUTINGS, Routing
+from attnroof.ops.experts import Routing
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
 
 if TYPE_CHECKING:  # the analysis is loaded when a step is analysed, the text layer for text output
@@ -75,13 +76,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "mxfp4, nvfp4 (default: as the checkpoint's quantization_config stores them, the rest --dtype)",
     )
     p.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
-    p.add_argument(
-        "--routing",
-        default="uniform",
-        metavar="FORM",
-        help=f"how the router spreads tokens over experts, which sets the experts a batch touches: {ROUTINGS}; "
-        "a trace file holds one token count per expert, a line each (default uniform)",
-    )
+    add_routing_arg(p)
     p.add_argument(
         "--mla",
         choices=MLA_FORMS,
@@ -194,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     check_train_flags(args)
     _check_calibration_use(args)
     model = get_model(args.model)
-    args.routing = _routing(args.routing, model, args.phase)
+    args.routing = routing_of(args, model)
     dev, dt, roof = roof_from_args(args)
     wdt = _weight_dtype(args, dt)
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
@@ -207,26 +202,6 @@ def _run(args: argparse.Namespace) -> int:
         assert isinstance(wdt, DType)
         return run_train(model, args, dev, roof, dt, wdt)
     return _sweep(job) if args.sweep_batch else _single(job)
-
-
-def _routing(text: str, model: ModelConfig, args_phase: str) -> Routing:
-    """``--routing``: its form read (a trace's file) and checked against the model's experts."""
-    from attnroof.errors import InputError, read_text
-    from attnroof.ops.routing import TRACE_LIMIT, parse_routing
-
-    routing = parse_routing(
-        text, read=lambda path: read_text(path, "routing trace", InputError, limit=TRACE_LIMIT)
-    )
-    ex = model.experts
-    if ex is not None:
-        routing.check(ex.experts, ex.top_k)
-    else:
-        require(not routing.counts, f"--routing {text}: {model.name} has no experts to route to")
-    require(
-        routing.kind == "uniform" or args_phase != TRAIN,
-        f"--routing {text}: a training step is costed at uniform routing (its batches touch every expert)",
-    )
-    return routing
 
 
 def _weight_dtype(args: argparse.Namespace, dt: DType) -> DType | WeightFormat:
