@@ -7,6 +7,8 @@ step runs, each with its shape, how many times a step runs it, and the kind of l
     QKV projection        linear             hidden → q + 2·kv width                  (latent: Q and KV
                                                                                         down/up-projections)
     QK norm               norm               q and k, per head (Qwen3, Gemma 3) or whole (OLMoE)
+    rotary embedding      rotary             q and kv heads × rotated dims (RoPE models; latent:
+                                               heads × ρ and one shared key)
     KV-cache write        copy               2·kv width (latent: r + ρ) per token
     attention             attention          head_dim, group, kv_heads, window        per window kind
                           latent attention   heads, r, ρ, nope, v

@@ -38,6 +38,8 @@ ROTARY_FLOPS_PER_PAIR = 6
 """A rotated pair (x, y) at angle θ: x·cos θ − y·sin θ and y·cos θ + x·sin θ, four multiplies
 and two adds (vLLM's csrc/pos_encoding_kernels.cu, ``apply_token_rotary_embedding``; transformers'
 ``q·cos + rotate_half(q)·sin`` is the same three per element, its negation not counted)."""
+ROTARY_FLOPS_PER_ELEMENT = ROTARY_FLOPS_PER_PAIR // 2
+"""Three a rotated element: the count kept in whole numbers."""
 
 
 ACTIVATION_FLOPS_PER_ELEMENT = {"silu": SILU_FLOPS_PER_ELEMENT, "gelu": GELU_FLOPS_PER_ELEMENT}
@@ -167,7 +169,7 @@ def rotary(
     rotated_elements = n * (q_heads + k_heads) * rotated
     qk = rotated_elements * itemsize
     table = n * rotated * itemsize
-    flops = ROTARY_FLOPS_PER_PAIR * rotated_elements / 2
+    flops = ROTARY_FLOPS_PER_ELEMENT * rotated_elements
     return _one(name, flops, (Access("q, k", qk), Access("cos, sin", table)), (Access("q, k", qk),))
 
 

@@ -88,7 +88,7 @@ class Routing:
             UNIFORM_KIND: "uniform routing",
             ALL_KIND: "every expert read (--routing all)",
             FEWEST_KIND: "--routing fewest: every token to the same top-k",
-            SKEWED_KIND: f"skewed routing (Zipf α = {self.alpha:g})",
+            SKEWED_KIND: f"skewed routing, Zipf α = {self.alpha:g}",
             TRACE_KIND: f"the routing trace {self.source}",
         }[self.kind]
 
