@@ -9,7 +9,7 @@ however a token's own k choices depend on each other, so
     touched(n) = Σ_e 1 − (1 − π_e)ⁿ            expected distinct experts n tokens read
 
     uniform     π_e = k/E                       → E·(1 − (1 − k/E)ⁿ), the closed form
-    skewed:α    π_e ∝ e^−α over the experts ranked by popularity (Zipf; α = 0 is uniform),
+    skewed:α    π_r ∝ r^−α over the experts ranked r = 1..E by popularity (Zipf; α = 0 is uniform),
                 scaled to sum to k, any π_e past 1 capped at 1 and its excess spread over the
                 rest in proportion (the inclusion probabilities of a sample of k drawn with
                 probability proportional to size, Hájek's πps design)
