@@ -33,7 +33,7 @@ from attnroof.model.comms import stage_comms
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import ATTENTION, rule
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import Roof, place
@@ -51,7 +51,7 @@ class StepOptions:
     prec: Precision = field(default_factory=Precision)
     fused: bool = True
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT
-    routing: str = UNIFORM
+    routing: Routing | str = UNIFORM
     latent_form: str = ABSORBED
 
     def step(self, phase: str, batch: Any, context: Any, queries: Any = 1) -> Step:
