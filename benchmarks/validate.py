@@ -744,14 +744,14 @@ def kernel_errors(profile: str | None) -> list[list[str]]:
     """Each profile's held-out kernel error, as its ``[error]`` tables state it (fitted and held
     out on data/public's kernel rows, never on this table): the file ``--profile`` names, or the
     shipped profiles (the one it names)."""
-    from attnroof import profiles
+    from attnroof.profiles import files
 
     if profile == "none":
         return []
     if profile and (profile.endswith(".toml") or "/" in profile):
-        chosen = [profiles.read(profile)]
+        chosen = [files.read(profile)]
     else:
-        chosen = [p for p in profiles.shipped() if profile is None or p.name == profile]
+        chosen = [p for p in files.shipped() if profile is None or p.name == profile]
     out = []
     for p in chosen:
         m, q = p.error.median.get("kernel"), p.error.p90.get("kernel")

@@ -14,7 +14,7 @@ from attnroof import profiles
 from attnroof.errors import InputError
 from attnroof.model.analysis import analyse
 from attnroof.model.config import builtin
-from attnroof.profiles import IDENTITY
+from attnroof.profiles import IDENTITY, files
 from attnroof.profiles.kernels import ForecastRoof, diagonal_factor, tile_factor, wave_factor
 from attnroof.roofline import Roof
 
@@ -24,7 +24,7 @@ H100 = Roof(989.4e12, 3.35e12, "H100 SXM", "bf16")
 
 @pytest.fixture(scope="module")
 def toy() -> profiles.Profile:
-    return profiles.read(TOY)
+    return files.read(TOY)
 
 
 def test_a_gemm_forecast_by_hand(toy):
@@ -103,11 +103,11 @@ def test_arrays_forecast_as_numbers_do(toy):
 
 
 def test_the_profile_is_chosen_by_family_then_nearest_then_vendor(toy):
-    assert profiles.choose("H100 SXM", "NVIDIA", "bf16", [toy]).basis == "profile toy bf16"
-    assert profiles.choose("H800 SXM", "NVIDIA", "bf16", [toy]).basis.startswith("nearest family")
-    assert "no NVIDIA family of its own" in profiles.choose("L4", "NVIDIA", "bf16", [toy]).basis
-    assert "no fp8 profile" in profiles.choose("H100 SXM", "NVIDIA", "fp8", [toy]).basis
-    assert profiles.choose("MI300X", "AMD", "bf16", [toy]) is None
+    assert files.choose("H100 SXM", "NVIDIA", "bf16", [toy]).basis == "profile toy bf16"
+    assert files.choose("H800 SXM", "NVIDIA", "bf16", [toy]).basis.startswith("nearest family")
+    assert "no NVIDIA family of its own" in files.choose("L4", "NVIDIA", "bf16", [toy]).basis
+    assert "no fp8 profile" in files.choose("H100 SXM", "NVIDIA", "fp8", [toy]).basis
+    assert files.choose("MI300X", "AMD", "bf16", [toy]) is None
 
 
 @pytest.mark.parametrize(
@@ -129,12 +129,12 @@ def test_a_number_without_its_origin_is_refused(tmp_path, edit, needle):
     f = tmp_path / "p.toml"
     f.write_text(text)
     with pytest.raises(InputError, match=None) as e:
-        profiles.read(f)
+        files.read(f)
     assert needle in str(e.value)
 
 
 def test_every_shipped_number_names_its_source():
-    for p in profiles.shipped():
+    for p in files.shipped():
         assert p.figures, p.name
         for path, fig in p.figures.items():
             src = p.sources[fig.source]

@@ -5,7 +5,7 @@ one's own, or ``none`` for the bound alone."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.devices import Device
@@ -28,24 +28,24 @@ def add_profile_args(p: argparse.ArgumentParser) -> None:
 
 def profile_of(args: argparse.Namespace, dev: Device, dt: DType) -> Any:
     """The profile ``--profile`` names for this device and dtype, or ``None`` (no forecast)."""
-    from attnroof import profiles
+    from attnroof.profiles import files
 
     given = getattr(args, "profile", None)
     if given == NONE:
         return None
     if given is None:
-        return profiles.choose(dev.name, dev.vendor, dt.name)
+        return files.choose(dev.name, dev.vendor, dt.name)
     if given.endswith(".toml") or "/" in given:
-        p = profiles.read(given)
-        return profiles.replace(p, basis=f"profile file {given}")
-    everything = profiles.shipped()
+        p = files.read(given)
+        return replace(p, basis=f"profile file {given}")
+    everything = files.shipped()
     named = [p for p in everything if p.name == given]
     if not named:
         known = ", ".join(sorted({p.name for p in everything})) or "none"
         raise InputError(f"--profile {given!r}: no such profile (shipped: {known}; or a .toml file, or none)")
-    chosen = profiles.choose(dev.name, dev.vendor, dt.name, named) or named[0]
+    chosen = files.choose(dev.name, dev.vendor, dt.name, named) or named[0]
     if dev.name not in chosen.devices:
-        chosen = profiles.replace(
+        chosen = replace(
             chosen, basis=f"profile {chosen.name} {chosen.dtype}, as asked (not {dev.name}'s family)"
         )
     return chosen
@@ -134,8 +134,10 @@ def plan_forecast_json(out: dict[str, Any], ahead: Any, s: Any, job: Any) -> dic
         return out
     profile, serial, t = ahead
     out["totals"] |= spread_totals_json(s, t, job.model, job.args.context, job.roof.peak_flops_per_s)
+    from attnroof.model.forecast import stage_forecast
+
     for st, fst in zip(out["stages"], serial.stages, strict=True):
-        st["forecast_time_s"] = fst.bound_s + (1 - profile.overlap.tensor) * (fst.time_s - fst.bound_s)
+        st["forecast_time_s"] = stage_forecast(fst, profile)
     out["forecast"] = forecast_json(profile, _level(job), t, s.bound_time_s)
     return out
 

@@ -1,18 +1,18 @@
 """A plan's forecast: the same spread as its bound, on a forecast's roof and links, with the
-share of communication real frameworks hide.
+share of each kind of communication real frameworks hide.
 
 The bound of a step hides every collective (``bound = max(pipeline of stage bounds, busiest
-link)``); the serial estimate hides none (``serial = pipeline of kernels + collectives, then the
-once-a-step sync``). Real frameworks sit between, and the profile says where
-(:class:`attnroof.profiles.Overlap`)::
+link)``); the serial estimate hides none. Real frameworks sit between, and the profile says
+where (:class:`attnroof.profiles.Overlap`): a share ``h`` hidden for each kind of collective —
+``data`` for what the sharding policy sends (ZeRO and FSDP's gathers and reduce-scatters, the
+gradient sync), ``pipeline`` for the stages' sends, ``context`` for the K/V ring, ``tensor`` for
+the rest (TP, SP and EP inside a layer). On the forecast's kernels and links::
 
-    gap       = serial − bound                         ≥ 0, both on the forecast's kernels and links
-    gap_sync  = min(gap, sync)                         the once-a-step (data-parallel) collectives
-    gap_stage = gap − gap_sync                         collectives inside the step (TP, EP, PP, CP)
-    forecast  = bound + (1 − h_tensor) · gap_stage + (1 − h_data) · gap_sync
+    stage     = max( its bound,  kernels + Σ_collectives count · time · (1 − h) )
+    forecast  = max( the bound,  the schedule over the stages + (1 − h_data) · the step's sync )
 
-With the identity profile (kernels at their roofs, links at theirs, everything hidden) the
-forecast is the bound.
+With the identity profile (kernels at their roofs, links at theirs, everything hidden) both
+maxima fall to the bound: the forecast is the bound.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.devices.links import DEFAULT_SCALEOUT_LATENCY_S, DEFAULT_SCALEUP_LATENCY_S, Links
+from attnroof.model.comms import PIPELINE
 from attnroof.profiles import Profile
 
 
@@ -48,15 +49,32 @@ def forecast_links(links: Links, profile: Profile) -> Links:
     return replace(links, **changes)
 
 
-def forecast_time(serial: Any, profile: Profile) -> float:
-    """The forecast step of a spread ``serial`` costed on a forecast's roof and links without
-    overlap (the module's formula)."""
-    bound = serial.bound_time_s
-    gap = max(0.0, serial.time_s - bound)
-    sync = max(st.sync_time_s for st in serial.stages)
-    gap_sync = min(gap, sync)
+def hidden(c: Any, h: Any) -> float:
+    """The share of collective ``c`` (a :class:`attnroof.model.comms.CommOp`) the profile's
+    overlap ``h`` hides, by what it is."""
+    if c.sync:
+        return h.data
+    if c.layer_kind == PIPELINE:
+        return h.pipeline
+    if c.behind:
+        return h.context
+    return h.tensor
+
+
+def stage_forecast(st: Any, profile: Profile) -> float:
+    """One stage's forecast a micro-batch: its kernels and the share of its collectives left
+    exposed, never below its bound."""
     h = profile.overlap
-    return bound + (1 - h.tensor) * (gap - gap_sync) + (1 - h.data) * gap_sync
+    exposed = sum(c.count * float(c.time_s) * (1 - hidden(c, h)) for c in st.comms)
+    return max(st.bound_s, st.compute_time_s + exposed)
+
+
+def forecast_time(serial: Any, profile: Profile) -> float:
+    """The forecast step of a spread ``serial`` costed on a forecast's roof and links (the
+    module's formula)."""
+    stages = [stage_forecast(st, profile) for st in serial.stages]
+    sync = max(st.sync_time_s for st in serial.stages)
+    return max(serial.bound_time_s, serial._pipeline(stages) + (1 - profile.overlap.data) * sync)
 
 
 RANKED = 64

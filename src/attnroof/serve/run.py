@@ -3,6 +3,9 @@
 (:mod:`attnroof.serve.metrics`), and, where asked, the highest rate that meets the SLOs
 (:mod:`attnroof.serve.search`), cost and energy per token.
 
+Length: the job, the steps it runs on (bound or forecast), the run, and its whole JSON, in one place,
+so that every figure the answer prints is produced next to the field that names it.
+
     cost per second   = price per device-hour × devices / 3600
     $ per 1M tokens   = each step's device time shared by the tokens it computed (prompt
                         tokens and generated ones alike), summed per kind, × cost per second
