@@ -51,14 +51,16 @@ def profile_of(args: argparse.Namespace, dev: Device, dt: DType) -> Any:
     return chosen
 
 
-def forecast_roof(args: argparse.Namespace, dev: Device, dt: DType, roof: Roof) -> Any:
-    """``roof`` with ``--profile``'s efficiencies (a :class:`ForecastRoof`), or ``None``."""
+def forecast_roof(args: argparse.Namespace, dev: Device, dt: DType, roof: Roof, *, step: bool = True) -> Any:
+    """``roof`` with ``--profile``'s efficiencies (a :class:`ForecastRoof`), or ``None``;
+    ``step``: for a step's kernels (the ``model`` and ``plan`` commands), not one kernel timed
+    alone (``attention``, ``decode``, ``linear``)."""
     p = profile_of(args, dev, dt)
     if p is None:
         return None
     from attnroof.profiles.kernels import ForecastRoof
 
-    return ForecastRoof.over(roof, p)
+    return ForecastRoof.over(roof, p, step=step)
 
 
 def forecast_json(profile: Any, level: str, time_s: float, bound_s: float) -> dict[str, Any]:
@@ -186,7 +188,7 @@ def comparison_forecast(
     args: Any, dev: Any, dt: Any, roof: Roof, cmp: Any, kind: str, causal: bool
 ) -> Kernels | None:
     """The ``attention``/``decode`` commands' unfused and fused costs forecast stage by stage."""
-    on = forecast_roof(args, dev, dt, roof)
+    on = forecast_roof(args, dev, dt, roof, step=False)
     if on is None:
         return None
     shape = dict(
@@ -205,7 +207,7 @@ def comparison_forecast(
 
 def gemm_forecast(args: Any, dev: Any, dt: Any, roof: Roof, cost: Any, bound_s: float) -> Kernels | None:
     """The ``linear`` command's GEMM forecast."""
-    on = forecast_roof(args, dev, dt, roof)
+    on = forecast_roof(args, dev, dt, roof, step=False)
     if on is None:
         return None
     kernel = {"kernel": "gemm", "t": args.n, "k": args.k, "m": args.m}

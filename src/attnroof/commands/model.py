@@ -196,6 +196,12 @@ def _run(args: argparse.Namespace) -> int:
         require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
     check_train_flags(args)
     _check_calibration_use(args)
+    sweep = next((f for f, on in (("--sweep-batch", args.sweep_batch), ("--sweep-context", args.sweep_context),
+                                   ("--sweep-tp", args.sweep_tp), ("--fit", args.fit)) if on), None)  # fmt: skip
+    require(
+        args.profile in (None, "none") or sweep is None,
+        f"--profile forecasts one step (one device or one plan): not with {sweep}, whose rows are bounds",
+    )
     model = get_model(args.model)
     args.routing = routing_of(args, model)
     dev, dt, roof = roof_from_args(args)

@@ -159,12 +159,31 @@ class Profile:
     scaleout: Link = Link()
     overlap: Overlap = Overlap()
     host: Host = Host()
+    step_launch_s: float | None = None
+    """A kernel's fixed cost inside a step of many (launched back to back: the driver's launch,
+    which a kernel shorter than it waits for), in place of the fitted ``launch_s`` of a kernel
+    timed alone (whose benchmark harness pays more); ``None``: the fitted ones."""
     error: Error = Error()
     sources: Mapping[str, Source] = field(default_factory=dict)
     figures: Mapping[str, Figure] = field(default_factory=dict)
     """Every number read, by its dotted path (``gemm.ceiling``), with its origin."""
     basis: str = ""
     """How the profile was chosen for this device ("profile h100", "nearest family h100")."""
+
+    def in_step(self) -> Profile:
+        """This profile for the kernels of a step: each kind's launch cost at most
+        :attr:`step_launch_s`."""
+        if self.step_launch_s is None:
+            return self
+        from dataclasses import replace
+
+        cap = self.step_launch_s
+        return replace(
+            self,
+            gemm=replace(self.gemm, launch_s=min(self.gemm.launch_s, cap)),
+            attention=replace(self.attention, launch_s=min(self.attention.launch_s, cap)),
+            memory=replace(self.memory, launch_s=min(self.memory.launch_s, cap)),
+        )
 
     def sms(self, device: str) -> int:
         """The SM/CU count of ``device`` (0 where the profile does not know it: no wave rounding)."""

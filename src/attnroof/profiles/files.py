@@ -170,6 +170,12 @@ def parse(text: str, origin: str) -> Profile:
         if "default_s" in host
         else 0.0
     )
+    step = doc.get("step", {})
+    step_launch = None
+    if "launch_s" in step:
+        fig = _figure(f"{origin}: step", "launch_s", step["launch_s"], sources, float)
+        figures["step.launch_s"] = fig
+        step_launch = fig.value
     err: dict[str, dict[str, float]] = {"median": {}, "p90": {}}
     for which in err:
         for level, raw in doc.get("error", {}).get(which, {}).items():
@@ -194,6 +200,7 @@ def parse(text: str, origin: str) -> Profile:
         built["scaleout"],
         built["overlap"],
         Host(steps, default),
+        step_launch,
         error,
         sources,
         figures,

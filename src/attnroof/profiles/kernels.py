@@ -3,7 +3,8 @@
 The bound of one kernel is ``max(F/P, B/BW)``. Its forecast, kind by kind::
 
     GEMM       launch + max( F·pad·waves / (η·P),  B / (μ·BW) )
-                   pad   = ⌈t/t₀⌉·t₀ · ⌈m/m₀⌉·m₀ / (t·m)        whole output tiles (t₀ × m₀)
+                   pad   = ⌈t/t₀⌉·t₀ · ⌈m/m₀⌉·m₀ / (t·m)        whole output tiles (t₀ × m₀; t₀ no
+                                                                more than the tokens' power of two, ≥ 16)
                    waves = ⌈tiles/SMs⌉·SMs / tiles              whole waves, once the tiles fill the SMs
                    η     = ceiling · k / (k + k_half)            each tile's prologue, over its depth
     attention  launch + max( F·diag / (η·P),  B / (μ·BW) )
@@ -95,11 +96,34 @@ def log_interp(table: Mapping[int, float], x: Num) -> Num:
     return float(out) if arrays.is_scalar(x) else out
 
 
+MMA_ROWS = 16
+"""The fewest rows a tensor-core tile computes (PTX's ``mma.m16n8k16``): a GEMM of a few tokens
+runs tiles of the tokens rounded up to a power of two, from 16 up to the profile's tile."""
+
+
+def token_tile(t: Num, tile_t: int) -> Num:
+    """The rows of the tiles a GEMM of ``t`` tokens runs: the profile's ``tile_t``, or fewer for
+    fewer tokens — the tokens' next power of two, at least :data:`MMA_ROWS` (libraries pick
+    small tiles, or a GEMV, for skinny GEMMs); ``tile_t`` itself when it is 1 (the identity).
+
+    >>> token_tile(1, 128), token_tile(24, 128), token_tile(4096, 128), token_tile(5, 1)
+    (16, 32, 128, 1)
+    """
+    if tile_t <= 1:
+        return tile_t
+    if arrays.is_scalar(t):
+        return min(tile_t, max(MMA_ROWS, 1 << max(0, math.ceil(math.log2(t)))))
+    import numpy as np
+
+    return np.minimum(tile_t, np.maximum(MMA_ROWS, 2 ** np.ceil(np.log2(np.maximum(t, 1)))))
+
+
 def gemm_time(g: Gemm, sms: int, roof: Roof, flops: Num, nbytes: Num, t: Num, k: Num, m: Num) -> Num:
     """A GEMM of ``t`` tokens × depth ``k`` × ``m`` outputs (its FLOPs and bytes as the bound
     counts them) as a real kernel takes it."""
-    tiles = _ceil(t / g.tile_t) * _ceil(m / g.tile_m)
-    work = flops * tile_factor(t, m, g.tile_t, g.tile_m) * wave_factor(tiles, sms)
+    rows = token_tile(t, g.tile_t)
+    tiles = _ceil(t / rows) * _ceil(m / g.tile_m)
+    work = flops * tile_factor(t, m, rows, g.tile_m) * wave_factor(tiles, sms)
     eta = g.ceiling * k / (k + g.k_half)
     return g.launch_s + arrays.maximum(
         work / (eta * roof.peak_flops_per_s), nbytes / (g.memory * roof.bandwidth_bytes_per_s)
@@ -163,11 +187,15 @@ class ForecastRoof(Roof):
     sms: int = 0
 
     @classmethod
-    def over(cls, roof: Roof, profile: Profile, sms: int | None = None) -> ForecastRoof:
+    def over(
+        cls, roof: Roof, profile: Profile, sms: int | None = None, *, step: bool = False
+    ) -> ForecastRoof:
         """``roof`` forecast by ``profile``; ``sms`` by default the profile's count for the
-        roof's device (none in the identity profile)."""
+        roof's device (none in the identity profile); ``step``: for the kernels of a step of many,
+        each launched back to back (:meth:`Profile.in_step`), not one timed alone."""
         n = profile.sms(roof.device) if sms is None else sms
-        return cls(roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, roof.device, roof.dtype, profile, n)
+        p = profile.in_step() if step else profile
+        return cls(roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, roof.device, roof.dtype, p, n)
 
     @property
     def forecasts(self) -> bool:

@@ -115,7 +115,7 @@ def _steps(job: Job) -> tuple[Roof, Links, float]:
     from attnroof.model.forecast import forecast_links
 
     overhead = p.host.step("vllm") if job.step_overhead_s is None else job.step_overhead_s
-    return ForecastRoof.over(job.roof, p), forecast_links(job.links, p), overhead
+    return ForecastRoof.over(job.roof, p, step=True), forecast_links(job.links, p), overhead
 
 
 def step_overhead(job: Job) -> float:
