@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from attnroof.errors import AttnroofError  # noqa: E402
-from attnroof.profiles import Gemm, Memory, Profile  # noqa: E402
+from attnroof.profiles import Gemm, Link, Memory, Profile  # noqa: E402
 from attnroof.profiles.kernels import ForecastRoof  # noqa: E402
 from attnroof.profiles.measured import KERNEL_KINDS, MEMORY_KINDS, Kernel, kernel  # noqa: E402
 
@@ -415,7 +415,7 @@ def fastest(kernels: list[Kernel]) -> list[Kernel]:
 
 
 def fit_family(
-    name: str, group: str, kernels: list[Kernel], base: Profile | None = None
+    name: str, group: str, kernels: list[Kernel], base: Profile | None = None, comms: list[Any] | None = None
 ) -> tuple[Profile, dict[str, str], dict[str, list[float]]]:
     """One family at one dtype group: each kind fitted on the family's own rows, or on its
     vendor's where it has fewer than :data:`MIN_ROWS`; each figure's note; the held-out errors.
@@ -473,7 +473,114 @@ def fit_family(
         sources = sorted({k.row["source"] for k in mine})
         med = statistics.median(errs) if errs else math.nan
         notes[kind] = f"{how} ({', '.join(sources)}); held-out median {med:.0%}"
+    if group == "bf16" and comms:
+        for which, test in (
+            ("scaleup", lambda c: c.row["nodes"] == 1),
+            ("scaleout", lambda c: c.row["nodes"] > 1),
+        ):
+            of = [
+                c for c in comms if test(c) and c.time_on(c.links) <= c.measured_s * (1 + 1e-9)
+            ]  # below its bound: not fitted
+            mine = [c for c in of if _family_device(c.row["device"]) in members]
+            how = f"{len(mine)} collective rows of {name}"
+            if len(mine) < MIN_ROWS:
+                mine = [c for c in of if _family_device(c.row["device"]) in vendor_devices] or of
+                how = f"no {name} rows enough: {len(mine)} collective rows pooled"
+            if len(mine) < MIN_ROWS:
+                continue
+            p, held = fit_link(which, p, mine)
+            errors[which] = held
+            sources = sorted({c.row["source"] for c in mine})
+            notes[which] = f"{how} ({', '.join(sources)}); held-out median {statistics.median(held):.0%}"
     return p, notes, errors
+
+
+def _family_device(name: str) -> str:
+    from attnroof.profiles.measured import device
+
+    return device(name).name
+
+
+# ---------------------------------------------------------------- links
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One measured collective: the row, its message, the device's links, the time it took."""
+
+    row: dict[str, Any]
+    comm: Any
+    links: Any
+    measured_s: float
+
+    def time_on(self, links: Any) -> float:
+        from attnroof.model.parallel import group_link
+        from attnroof.ops.collectives import fastest
+
+        r = self.row
+        if r["nodes"] > 1:
+            links = replace(links, scaleup_domain=r["devices"] // r["nodes"])
+        link = group_link(links, r["devices"], 1, f"{r['collective']} over {r['devices']} devices")
+        return float(fastest(self.comm, link)[1])
+
+
+def collectives(rows: list[dict[str, Any]]) -> list[Collective]:
+    """The collective rows attnroof can cost (the way tests/test_public_bounds.py does)."""
+    from attnroof.ops import collectives as coll
+    from attnroof.profiles.measured import device
+
+    out = []
+    for r in rows:
+        if r["kind"] != "collective" or r["collective"] not in coll.COLLECTIVE_FN:
+            continue
+        try:
+            comm = coll.COLLECTIVE_FN[r["collective"]](r["message_bytes"], r["devices"])
+            links = device(r["device"]).links
+        except (KeyError, ValueError, AttnroofError):
+            continue
+        if "measured_s" in r:
+            t = float(r["measured_s"])
+        elif r.get("busbw_bytes_per_s"):
+            t = float(comm.bytes_per_device) / r["busbw_bytes_per_s"]
+        elif r.get("algbw_bytes_per_s"):
+            t = r["message_bytes"] / r["algbw_bytes_per_s"]
+        else:
+            continue
+        out.append(Collective(r, comm, links, t))
+    return out
+
+
+def fit_link(which: str, base: Profile, rows: list[Collective]) -> tuple[Profile, list[float]]:
+    """``base`` with the ``which`` link's fraction and latency factor fitted on ``rows`` (least
+    squares in log time of the bound's own algorithm choice on the forecast's links), and each
+    row's held-out error (five folds)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    from attnroof.model.forecast import forecast_links
+
+    def build(v: Any) -> Profile:
+        return replace(base, **{which: Link(float(v[0]), float(v[1]))})
+
+    def fit(train: list[Collective]) -> Profile:
+        def res(v: Any) -> Any:
+            p = build(v)
+            return np.array([math.log(c.time_on(forecast_links(c.links, p)) / c.measured_s) for c in train])
+
+        return build(
+            least_squares(
+                res, np.array([0.8, 2.0]), bounds=([0.05, 1.0], [1.0, 50.0]), loss="soft_l1", f_scale=0.1
+            ).x
+        )
+
+    held: list[float] = []
+    for f in range(5):
+        test = rows[f::5]
+        rest = [c for i, c in enumerate(rows) if i % 5 != f]
+        if test and len(rest) >= 3:
+            p = fit(rest)
+            held += [abs(c.time_on(forecast_links(c.links, p)) / c.measured_s - 1) for c in test]
+    return fit(rows), held
 
 
 # ---------------------------------------------------------------- writing a profile
@@ -530,6 +637,11 @@ def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], pu
             lines.append("ceiling = { " + cells + " }")
         if lines:
             out += ["", f"[{section}]", *lines]
+    for which in ("scaleup", "scaleout"):
+        if which in notes:
+            ln = getattr(p, which)
+            out += ["", f"[{which}]", f"fraction = {_fig(ln.fraction, 'fit', notes[which])}",
+                    f"latency = {_fig(ln.latency, 'fit', notes[which])}"]  # fmt: skip
     step_launch, src, note = STEP_LAUNCH
     out += ["", "[step]", f"launch_s = {_fig(step_launch, src, note)}"]
     out += ["", "[overlap]"]
@@ -584,11 +696,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"  below its bound, not fitted: {k.row['device']} {k.kind} {k.row.get('impl')} {k.row['where'][:90]} ({k.measured_s / k.bound_s:.2f})"
         )
     kernels = fastest([k for k in kernels if k not in below])
+    comms = collectives(rows)
+    print(f"{len(comms)} collective rows read")
     print(f"{len(kernels)} rows fitted: the fastest implementation of each shape")
     for name in FAMILIES:
         bf16 = None
         for group in ("bf16", "fp8"):
-            p, notes, errors = fit_family(name, group, kernels, bf16)
+            p, notes, errors = fit_family(name, group, kernels, bf16, comms)
             bf16 = bf16 or p
             if not notes:
                 continue

@@ -44,6 +44,8 @@ def forecast_links(links: Links, profile: Profile) -> Links:
             "scaleout_bytes_per_s": links.scaleout_bytes_per_s * out.fraction,
             "scaleout_latency_s": lat * out.latency,
         }
+    if links.bridge_bytes_per_s is not None:
+        changes["bridge_bytes_per_s"] = links.bridge_bytes_per_s * up.fraction
     if up.fraction == out.fraction == up.latency == out.latency == 1:
         return links  # the identity: the links as they are, to the last digit
     return replace(links, **changes)
