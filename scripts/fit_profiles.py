@@ -478,9 +478,13 @@ def fit_family(
             ("scaleup", lambda c: c.row["nodes"] == 1),
             ("scaleout", lambda c: c.row["nodes"] > 1),
         ):
+            # the bandwidth regime (≥ 1 MiB), where the rows' NCCL runs the algorithms the bound takes;
+            # smaller messages keep the bound's latency (the serving engines' one-shot kernels, not
+            # nccl-tests'); a row below its bound is not fitted
             of = [
-                c for c in comms if test(c) and c.time_on(c.links) <= c.measured_s * (1 + 1e-9)
-            ]  # below its bound: not fitted
+                c for c in comms
+                if test(c) and c.row["message_bytes"] >= SMALLEST_FITTED and c.time_on(c.links) <= c.measured_s * (1 + 1e-9)
+            ]  # fmt: skip
             mine = [c for c in of if _family_device(c.row["device"]) in members]
             how = f"{len(mine)} collective rows of {name}"
             if len(mine) < MIN_ROWS:
@@ -489,6 +493,8 @@ def fit_family(
             if len(mine) < MIN_ROWS:
                 continue
             p, held = fit_link(which, p, mine)
+            if not held:
+                continue
             errors[which] = held
             sources = sorted({c.row["source"] for c in mine})
             notes[which] = f"{how} ({', '.join(sources)}); held-out median {statistics.median(held):.0%}"
@@ -550,17 +556,21 @@ def collectives(rows: list[dict[str, Any]]) -> list[Collective]:
     return out
 
 
+SMALLEST_FITTED = 1 << 20
+"""Collective messages the link fit reads: from 1 MiB up, where bandwidth sets the time."""
+
+
 def fit_link(which: str, base: Profile, rows: list[Collective]) -> tuple[Profile, list[float]]:
-    """``base`` with the ``which`` link's fraction and latency factor fitted on ``rows`` (least
-    squares in log time of the bound's own algorithm choice on the forecast's links), and each
-    row's held-out error (five folds)."""
+    """``base`` with the ``which`` link's share of its bandwidth fitted on ``rows`` (least squares
+    in log time of the bound's own algorithm choice on the forecast's links; the latency stays the
+    bound's), and each row's held-out error (five folds)."""
     import numpy as np
     from scipy.optimize import least_squares
 
     from attnroof.model.forecast import forecast_links
 
     def build(v: Any) -> Profile:
-        return replace(base, **{which: Link(float(v[0]), float(v[1]))})
+        return replace(base, **{which: Link(float(v[0]), 1.0)})
 
     def fit(train: list[Collective]) -> Profile:
         def res(v: Any) -> Any:
@@ -568,16 +578,15 @@ def fit_link(which: str, base: Profile, rows: list[Collective]) -> tuple[Profile
             return np.array([math.log(c.time_on(forecast_links(c.links, p)) / c.measured_s) for c in train])
 
         return build(
-            least_squares(
-                res, np.array([0.8, 2.0]), bounds=([0.05, 1.0], [1.0, 50.0]), loss="soft_l1", f_scale=0.1
-            ).x
+            least_squares(res, np.array([0.8]), bounds=([0.05], [1.0]), loss="soft_l1", f_scale=0.1).x
         )
 
     held: list[float] = []
-    for f in range(5):
-        test = rows[f::5]
-        rest = [c for i, c in enumerate(rows) if i % 5 != f]
-        if test and len(rest) >= 3:
+    folds = min(5, len(rows))
+    for f in range(folds):
+        test = rows[f::folds]
+        rest = [c for i, c in enumerate(rows) if i % folds != f]
+        if test and len(rest) >= 2:
             p = fit(rest)
             held += [abs(c.time_on(forecast_links(c.links, p)) / c.measured_s - 1) for c in test]
     return fit(rows), held
@@ -640,8 +649,7 @@ def render(p: Profile, notes: dict[str, str], errors: dict[str, list[float]], pu
     for which in ("scaleup", "scaleout"):
         if which in notes:
             ln = getattr(p, which)
-            out += ["", f"[{which}]", f"fraction = {_fig(ln.fraction, 'fit', notes[which])}",
-                    f"latency = {_fig(ln.latency, 'fit', notes[which])}"]  # fmt: skip
+            out += ["", f"[{which}]", f"fraction = {_fig(ln.fraction, 'fit', notes[which])}"]
     step_launch, src, note = STEP_LAUNCH
     out += ["", "[step]", f"launch_s = {_fig(step_launch, src, note)}"]
     out += ["", "[overlap]"]
