@@ -92,6 +92,13 @@ def latent_text(title: str, cmp: Comparison, dev_line: str, crosses: Mapping[str
     return "\n".join(lines)
 
 
+ALONE = (
+    " (each head timed alone: with the cache counted, one head's operands can fit in it where a "
+    "layer's many heads would not, so heads × these is a lower bound; --memory-levels 1 scales exactly)"
+)
+"""The sweep's caveat on a two-level roof."""
+
+
 def linear_text(n: int, k: int, m: int, device: Device, roof: Roof, p: Placement, cross: Crossover) -> str:
     lines = [
         f"linear: {render.plural(n, 'token')} through a {k}×{m} weight",
@@ -130,7 +137,8 @@ def sweep_text(d: int, causal: bool, device: Device, roof: Roof, rows: Sequence[
     headers = ["s", "I unfused", "I fused", "unfused", "fused", "time unfused/head", "time fused/head"]
     return "\n".join(
         [
-            f"attention{mask} sweep, d={d}: one head of one sequence, so times are per head",
+            f"attention{mask} sweep, d={d}: one head of one sequence, so times are per head"
+            + (ALONE if roof.levels == 2 else ""),
             render.device_line(device, roof),
             "",
             table(headers, body, "rrrllrr"),
