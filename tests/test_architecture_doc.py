@@ -40,6 +40,7 @@ def test_there_is_a_recipe_for_each_kind_of_change():
         "Add a device",
         "Add a pass",
         "Add a split",
+        "Add a sharding policy",
     }
 
 

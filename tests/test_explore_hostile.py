@@ -559,7 +559,7 @@ def test_a_job_whose_client_left_is_ended(tmp_path, monkeypatch):
         (pid,) = heavy.pids()
         conn.close()  # the user closed the tab
         _until(lambda: not _alive(pid))
-        assert heavy.pids() == []
+        _until(lambda: heavy.pids() == [])  # the pool forgets the worker after it is reaped
 
 
 def _alive(pid: int) -> bool:

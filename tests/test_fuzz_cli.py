@@ -287,6 +287,10 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
                     draw(st.sampled_from(["1", "2", "4"])),
                 ]
                 out += ["--zero", draw(st.sampled_from(["0", "1", "2", "3"]))]
+                if draw(st.booleans()):  # the sharding policy (refused where the stage has no such choice)
+                    out += ["--weight-gather", draw(st.sampled_from(["pass", "microbatch", "step"]))]
+                    out += ["--grad-reduce", draw(st.sampled_from(["microbatch", "step"]))]
+                    out += ["--dp-shard", draw(st.sampled_from(["1", "2", "3"]))]
                 out += _flag(draw, "--overlap") + _flag(draw, "--sp")
                 if draw(st.booleans()):  # a pipeline under each schedule (some refused)
                     out += ["--pp", "2", "--microbatches", draw(st.sampled_from(["1", "2"]))]
@@ -343,6 +347,9 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
         out += ["--batch", draw(st.sampled_from(["1", "2", "8"]))]
         if draw(st.booleans()):
             out += ["--where", draw(st.sampled_from(["tp<=2", "pp=1", "zero>=1", "recompute!=full", "dp>1"]))]
+        if phase == "train" and draw(st.booleans()):
+            out += ["--weight-gather", draw(st.sampled_from(["pass", "step", "pass,microbatch,step"]))]
+            out += ["--dp-shard", draw(st.sampled_from(["1", "2", "2,4"]))]
         return [*out, "--top", draw(st.sampled_from(["1", "3"])),
                 "--device", draw(st.sampled_from(["h100", "h200", "b200"])), *_json(draw)]  # fmt: skip
     if command == "serve-sim":  # short runs: a few requests, now and then a plan, an SLO search or a price

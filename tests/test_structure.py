@@ -259,6 +259,7 @@ MODEL_RANKS = [
     {"batching", "training_memory"},
     {"training"},
     {"comms"},  # many devices: collectives
+    {"sharding"},  # the data-parallel sharding policies: what each sends and keeps
     {"busy"},  # a stage's time from its kernels and collectives, on arrays
     {"spread"},  # prefill and decode across devices
     {"train_spread", "plans", "search"},  # training across devices; choosing a plan, searching them all

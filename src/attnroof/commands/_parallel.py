@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
-from attnroof.commands._train import recompute_of
+from attnroof.commands._train import SHARDING_FLAGS, recompute_of, sharding_choices, sharding_of
 from attnroof.errors import InputError
 from attnroof.model.train_options import TRAIN
 
@@ -101,7 +101,7 @@ def add_link_args(g: Any) -> None:
 
 def wants_parallel(args: argparse.Namespace) -> bool:
     """Any flag of this group given (``--tp 1`` alone still asks for the parallel form)."""
-    flags = ("tp", "pp", "ep", "dp", "cp", "etp", "fit", "sweep_tp", "zero", "virtual_stages")
+    flags = ("tp", "pp", "ep", "dp", "cp", "etp", "fit", "sweep_tp", "zero", "virtual_stages", *SHARDING_FLAGS)  # fmt: skip
     return (
         any(getattr(args, f) not in (None, False) for f in flags)
         or args.sp
@@ -122,6 +122,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
         tp=tp, pp=args.pp or 1, ep=ep, dp=dp, sp=args.sp, microbatches=args.microbatches,
         overlap=args.overlap, zero=args.zero or 0, etp=etp, expert_imbalance=args.expert_imbalance,
         schedule=args.schedule, virtual_stages=args.virtual_stages or 1, cp=cp, cp_comm=args.cp_comm,
+        **sharding_of(args),
     )  # fmt: skip
 
 
@@ -286,7 +287,9 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
     summary = sweep_summary(runs)
     if job.args.json:
-        rows = [{"parallel": r.plan.to_json(), "totals": totals_of(job, r), "fits": r.fits,
+        from attnroof.model.plans import plan_json
+
+        rows = [{"parallel": plan_json(r), "totals": totals_of(job, r), "fits": r.fits,
                  "memory_per_device": r.busiest_memory.to_json()} for r in runs]  # fmt: skip
         emit_json({**head_of(job), "rows": rows, **summary})
         return 0
@@ -298,7 +301,8 @@ def _emit_sweep(job: Any, runs: list[Spread]) -> int:
 
 def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
     """The plan search on 1, 2, 4, … devices until one fits, holding what the flags fix (the
-    recomputation, ``--zero``, ``--sp``, ``--overlap``; ``--sweep-tp``: the TP degrees tried)."""
+    recomputation, ``--zero`` and the sharding policy's flags, ``--sp``, ``--overlap``;
+    ``--sweep-tp``: the TP degrees tried)."""
     from attnroof.model.search import Choices, Option, fit
     from attnroof.model.spread import spread
     from attnroof.model.train_spread import train_spread
@@ -310,6 +314,7 @@ def _fit(job: Any, plan: Plan, run: Any, links: Links) -> int:
         cps=(1,),
         schedules=("1f1b",),
         zeros=None if a.zero is None else (a.zero,),
+        **sharding_choices(a),
         recomputes=(recompute_of(a),),
         sp=a.sp,
         overlap=a.overlap,

@@ -5,20 +5,38 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from attnroof.commands._common import emit_json, require
+from attnroof.commands._common import emit_json, int_list, positive_int, require
 from attnroof.devices import Device
 from attnroof.dtypes import DType, dtype
 from attnroof.model import ModelConfig
 from attnroof.model.layers import config_json
 from attnroof.model.notes import past_positions
-from attnroof.model.train_options import NONE, OPTIMIZER_STATES, RECOMPUTE, TRAIN
+from attnroof.model.train_options import (
+    GRAD_REDUCES,
+    NONE,
+    OPTIMIZER_STATES,
+    RECOMPUTE,
+    TRAIN,
+    WEIGHT_GATHERS,
+)
 from attnroof.roofline import Roof
 from attnroof.text import render
 
 if TYPE_CHECKING:
     from attnroof.model.training_memory import TrainPrecision
 
-TRAIN_ONLY = ("recompute", "optimizer", "grad_dtype", "master_dtype", "zero")
+SHARDING_FLAGS = ("weight_gather", "grad_reduce", "dp_shard")
+"""The sharding policy's flags beside ``--zero`` (their parsed names)."""
+TRAIN_ONLY = (
+    "recompute",
+    "optimizer",
+    "grad_dtype",
+    "master_dtype",
+    "zero",
+    "weight_gather",
+    "grad_reduce",
+    "dp_shard",
+)
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
@@ -43,8 +61,70 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
         choices=(0, 1, 2, 3),
         default=None,
         help="ZeRO stage over the --dp replicas: 1 shards the optimizer state, 2 the gradients "
-        "too, 3 the weights too (default 0)",
+        "too, 3 the weights too (FSDP) (default 0)",
     )
+    add_sharding_args(g)
+
+
+def add_sharding_args(g: Any, *, many: bool = False) -> None:
+    """The sharding policy's flags beside ``--zero`` (``many``: a plan search's, each a list of
+    values to try)."""
+    each = " (a list: each tried)" if many else ""
+    g.add_argument(
+        "--weight-gather",
+        type=word_list("--weight-gather", WEIGHT_GATHERS) if many else None,
+        choices=None if many else WEIGHT_GATHERS,
+        default=None,
+        metavar="|".join(WEIGHT_GATHERS) if many else None,
+        help="ZeRO 3: all-gather the weights before each pass (FSDP's reshard_after_forward=True, default), "
+        "once a micro-batch, kept to its backward (reshard_after_forward=False), or once a step, kept "
+        f"through every micro-batch (with --grad-reduce step: as PyTorch's pipeline schedules run FSDP2){each}",
+    )
+    g.add_argument(
+        "--grad-reduce",
+        type=word_list("--grad-reduce", GRAD_REDUCES) if many else None,
+        choices=None if many else GRAD_REDUCES,
+        default=None,
+        metavar="|".join(GRAD_REDUCES) if many else None,
+        help="ZeRO 2 and 3: reduce-scatter the gradients after every micro-batch (default), or once a "
+        "step, accumulated unsharded (FSDP2's set_requires_gradient_sync(False) until the last; "
+        f"Megatron's distributed optimizer){each}",
+    )
+    g.add_argument(
+        "--dp-shard",
+        type=int_list if many else positive_int,
+        default=None,
+        metavar="LIST" if many else "S",
+        help="hybrid sharding (HSDP): ZeRO shards over S of the --dp replicas (× --cp) and the --dp/S groups "
+        "hold copies, their gradients all-reduced across (torchtitan's data_parallel_shard_degree; default "
+        f"all of --dp){each}",
+    )
+
+
+def sharding_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The sharding policy's fields of a plan from the flags given (the rest their defaults)."""
+    return {f: getattr(args, f) for f in SHARDING_FLAGS if getattr(args, f) is not None}
+
+
+def sharding_choices(args: argparse.Namespace, *, many: bool = False) -> dict[str, Any]:
+    """A plan search's sharding choices (:class:`attnroof.model.search.Choices`) from the flags
+    given: each one value, or (``many``: ``plan``'s flags) a list of values to try."""
+    names = {"weight_gather": "gathers", "grad_reduce": "grad_reduces", "dp_shard": "dp_shards"}
+    given = sharding_of(args)
+    return {names[f]: tuple(v) if many else (v,) for f, v in given.items()}
+
+
+def word_list(flag: str, words: tuple[str, ...]) -> Any:
+    """A parser of a comma-separated list of ``words``: ``pass,step``."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        got = tuple(dict.fromkeys(w.strip() for w in text.split(",") if w.strip()))
+        bad = [w for w in got if w not in words]
+        if bad or not got:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a list of {', '.join(words)}")
+        return got
+
+    return parse
 
 
 def recompute_of(args: argparse.Namespace) -> str:

@@ -17,6 +17,7 @@ from attnroof.commands._common import (
     roof_from_args,
 )
 from attnroof.commands._parallel import add_link_args, links_of
+from attnroof.commands._train import SHARDING_FLAGS, add_sharding_args, sharding_choices
 from attnroof.model import get_model
 from attnroof.model.train_options import TRAIN
 
@@ -68,6 +69,10 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="mixture of experts: the busiest expert-parallel device's routed tokens over the mean, for every "
         "plan with EP > 1 (at most its EP; default 1 = uniform routing)",
     )  # fmt: skip
+    add_sharding_args(
+        p.add_argument_group("training's sharding policy (ZeRO 1–3 plans; --where zero=3 picks a stage)"),
+        many=True,
+    )
     add_link_args(p.add_argument_group("links"))
     add_device_args(p)
     add_json_arg(p)
@@ -137,6 +142,8 @@ def _run(args: argparse.Namespace) -> int:
         args.expert_imbalance == 1 or model.experts is not None,
         f"--expert-imbalance: {model.name} has no experts",
     )
+    given = [f"--{f.replace('_', '-')}" for f in SHARDING_FLAGS if getattr(args, f) is not None]
+    require(train or not given, f"{', '.join(given)} applies to --phase train only")
     judge = None
     if train:
         from attnroof.model.plan_table import PlanTable
@@ -156,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
         totals,
         dev.capacity_bytes,
         where,
-        Choices(expert_imbalance=args.expert_imbalance),
+        Choices(expert_imbalance=args.expert_imbalance, **sharding_choices(args, many=True)),
         context=args.context,
         memory=memory if train else None,
         judge=judge,

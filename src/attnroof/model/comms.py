@@ -40,7 +40,7 @@ from attnroof.ops.collectives import Comm
 
 GRADIENT_SYNC, WEIGHT_GATHER = "gradient sync", "weight gather"
 """The kinds of a training step's once-a-step collectives: the gradients' reduction, and the
-all-gather of the updated weights (ZeRO 1 and 2)."""
+all-gather of the weights (ZeRO 1 and 2's updated weights; ZeRO 3's, gathered once a step)."""
 SYNC_HIDDEN_BY = {GRADIENT_SYNC: BACKWARD, WEIGHT_GATHER: FORWARD}
 """The pass each can hide behind with ``--overlap``."""
 
@@ -60,6 +60,9 @@ class CommOp:
     """Training: the pass that runs it (forward, recompute, backward, or once a step)."""
     behind: str = ""
     """The operator kind whose kernels alone can hide it (the K/V ring: attention); "" for any."""
+    sync: bool = False
+    """Training: one of the data-parallel sync's, what the sharding policy sends
+    (:mod:`attnroof.model.sharding`)."""
     time_s: Any = field(init=False, repr=False, compare=False)
     """One run's time on its link (:meth:`Comm.on`), worked out once: a float, or an array for
     a collective of an array of sizes (the serving engine's tables)."""

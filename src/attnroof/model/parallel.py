@@ -51,6 +51,7 @@ from attnroof.errors import InputError
 from attnroof.model.schedules import chunks
 from attnroof.model.shard import Shard, shard_row
 from attnroof.model.spec import ModelConfig
+from attnroof.model.train_options import EVERY_MICROBATCH, EVERY_PASS
 from attnroof.row import DECODE
 
 M = TypeVar("M")
@@ -88,6 +89,13 @@ class Plan:
     """Collectives overlapped with computation: a layer takes max(compute, communication)."""
     zero: int = 0
     """Training: ZeRO stage (1 optimizer states, 2 + gradients, 3 + weights sharded over DP)."""
+    weight_gather: str = EVERY_PASS
+    """ZeRO 3: when the weights are all-gathered (:data:`attnroof.model.train_options.WEIGHT_GATHERS`)."""
+    grad_reduce: str = EVERY_MICROBATCH
+    """ZeRO 2 and 3: when the gradients are reduce-scattered (every micro-batch, or once a step)."""
+    dp_shard: int = 0
+    """Hybrid sharding: ZeRO shards over ``dp_shard`` × CP of the replicas and the ``dp/dp_shard``
+    groups hold copies (torchtitan's ``data_parallel_shard_degree``; 0: all of DP)."""
     etp: int = 0
     """Expert-tensor-parallel degree: each expert cut over ``etp`` devices (0: equal to ``tp``,
     Megatron-LM's default for ``--expert-tensor-parallel-size``)."""
@@ -111,6 +119,11 @@ class Plan:
     def replicas(self) -> int:
         """The devices that hold the same weights and sum their gradients: dp · cp."""
         return self.dp * self.cp
+
+    @property
+    def dp_replicate(self) -> int:
+        """Hybrid sharding's copies of each shard group: dp / dp_shard (1: fully sharded)."""
+        return self.dp // (self.dp_shard or self.dp)
 
     @property
     def expert_tp(self) -> int:

@@ -7,12 +7,13 @@ A training plan's cost is built of a few parts, each the same for many plans::
                    of the pipeline (the first, the last, neither) cost alike: a plan of 80 stages
                    is three or four classes, each with its multiplicity
     kernels        a class's placed operators at a micro-batch and a recomputation (and, for
-                   ZB-H1, its weight gradients' time), the same at every ZeRO stage
+                   ZB-H1, its weight gradients' time), the same under every sharding policy
     collectives    a class's per-micro-batch collectives but the sync (TP, EP, CP, the
-                   pipeline's sends), the same at every ZeRO stage
-    sync           a class's data-parallel sync at a ZeRO stage, the same at every micro-batch
-                   count and recomputation
-    memory         a class's states at a ZeRO stage, its activations at a micro-batch and
+                   pipeline's sends), the same under every sharding policy
+    sync           a class's data-parallel sync under a sharding policy (ZeRO's stage, when it
+                   gathers and reduces, its shard groups), the same at every micro-batch count
+                   and recomputation
+    memory         a class's states under a sharding policy, its activations at a micro-batch and
                    recomputation, and the micro-batches its schedule keeps in flight (the most
                    any device of the class holds)
 
@@ -31,7 +32,7 @@ each would need the others' keys.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,9 +44,9 @@ from attnroof.model.parallel import Plan, group_link
 from attnroof.model.schedules import SCHEDULES, schedule
 from attnroof.model.search import NOT_FIT, NOT_SEQUENCE
 from attnroof.model.shard import Shard, standing_for
+from attnroof.model.sharding import check_sharding, zero_of
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_spread import (
-    ZERO_STAGES,
     TrainLayout,
     micro_comms,
     stage_kernels,
@@ -55,7 +56,6 @@ from attnroof.model.train_spread import (
 from attnroof.model.training_memory import (
     RECOMPUTE,
     TrainPrecision,
-    Zero,
     held_activations,
     kept_activations,
     state_bytes,
@@ -77,7 +77,7 @@ class DeviceClass:
 
 @dataclass(frozen=True, slots=True)
 class _Plans:
-    """What every plan of one layout shares (all but its ZeRO stage and recomputation): the
+    """What every plan of one layout shares (all but its sharding policy and recomputation): the
     checked layout, its device classes, its row in the memory arrays, and what its collectives
     depend on in the plan (:func:`_comm_group`)."""
 
@@ -85,6 +85,8 @@ class _Plans:
     classes: tuple[DeviceClass, ...]
     index: int
     comm_group: tuple[Any, ...]
+    cut: tuple[Any, ...]
+    """What its shards hold: the degrees that cut the model."""
 
 
 def device_classes(model: ModelConfig, layout: TrainLayout) -> tuple[DeviceClass, ...]:
@@ -111,17 +113,24 @@ def _classes(
     )  # fmt: skip
 
 
-LAYOUT_FIELDS = tuple(f for f in Plan.__dataclass_fields__ if f != "zero")
-"""What makes a layout: every field of a plan but its ZeRO stage."""
+SHARDING_FIELDS = ("zero", "weight_gather", "grad_reduce", "dp_shard")
+"""A plan's sharding policy (:mod:`attnroof.model.sharding`): its data-parallel sync and the
+states a device keeps, nothing else."""
+LAYOUT_FIELDS = tuple(f for f in Plan.__dataclass_fields__ if f not in SHARDING_FIELDS)
+"""What makes a layout: every field of a plan but its sharding policy."""
 
 
 def _layout_key(p: Plan) -> tuple[Any, ...]:
     return tuple(getattr(p, f) for f in LAYOUT_FIELDS)
 
 
+def _policy(p: Plan) -> tuple[Any, ...]:
+    return tuple(getattr(p, f) for f in SHARDING_FIELDS)
+
+
 def _comm_group(plan: Plan, links: Links) -> tuple[Any, ...]:
     """What a device's per-micro-batch collectives depend on in its plan: every degree but its
-    micro-batch count, ZeRO stage and schedule (but for the pipeline's sends), and of its DP
+    micro-batch count, sharding policy and schedule (but for the pipeline's sends), and of its DP
     degree only the link the sends ride (:func:`attnroof.model.parallel.group_link`: their
     group's stride is TP × CP × DP)."""
     send: Any = None
@@ -170,8 +179,10 @@ class PlanTable:
         self._plans: dict[tuple[Any, ...], _Plans | None] = {}
         self._members: dict[tuple[Any, ...], list[tuple[Shard, bool, bool, list[int]]]] = {}
         self._states: dict[tuple[Any, ...], list[float]] = {}
+        self._state_index: dict[tuple[int, tuple[Any, ...]], int] = {}
+        self._state_rows: list[list[float]] = []
         self._kept: dict[tuple[Any, ...], dict[str, list[float]]] = {}
-        self._memory_rows: list[tuple[list[float], list[float], dict[str, list[float]]]] = []
+        self._memory_rows: list[tuple[list[float], dict[str, list[float]]]] = []
         self._kernels, self._comms, self._syncs = _Table(), _Table(), _Table()
         self._weight_grads: list[np.ndarray] = []
 
@@ -196,12 +207,6 @@ class PlanTable:
         if cut not in self._members:
             self._members[cut] = members(self.model, lay.shards)
         classes = _classes(lay, self._members[cut])
-        states = self._states.get((cut, p.dp))
-        if states is None:  # each class's weights, gradients and optimizer at each ZeRO stage
-            zeros = [Zero(z, p.replicas, p.ep, p.edp) for z in ZERO_STAGES]
-            states = self._states[cut, p.dp] = [
-                sum(state_bytes(self.model, lay.prec, c.shard, z)) for c in classes for z in zeros
-            ]
         kept = self._kept.get((cut, lay.micro, lay.here))
         if kept is None:  # each class's activations of one micro-batch at each recomputation
             every = [
@@ -211,26 +216,46 @@ class PlanTable:
             kept = self._kept[cut, lay.micro, lay.here] = {
                 part: [float(a[part]) for a in every] for part in ("total", "working", "head")
             }
-        self._memory_rows.append(([c.in_flight for c in classes], states, kept))
-        return _Plans(lay, classes, len(self._memory_rows) - 1, _comm_group(p, self.links))
+        self._memory_rows.append(([c.in_flight for c in classes], kept))
+        return _Plans(lay, classes, len(self._memory_rows) - 1, _comm_group(p, self.links), cut)
 
-    def _memory(self, layouts: np.ndarray, zeros: np.ndarray, recomputes: np.ndarray) -> np.ndarray:
-        """The busiest device's bytes of each plan (its layout's row, ZeRO stage, recomputation's
-        index in :data:`RECOMPUTE`), on arrays: the most over its classes of states and held
-        activations (:func:`attnroof.model.training_memory.held_activations`)."""
+    def _state_row(self, ps: _Plans, policy: tuple[Any, ...]) -> int:
+        """The states table's row of a layout under a sharding policy: each class's weights,
+        gradients and optimizer (:func:`attnroof.model.training_memory.state_bytes`), the same
+        for every layout of its cut and DP degree."""
+        row = self._state_index.get((ps.index, policy))
+        if row is None:
+            lay = ps.layout
+            states = self._states.get((ps.cut, lay.plan.dp, policy))
+            if states is None:
+                plan = replace(lay.plan, **dict(zip(SHARDING_FIELDS, policy, strict=True)))
+                check_sharding(plan)
+                z = zero_of(plan)
+                states = [sum(state_bytes(self.model, lay.prec, c.shard, z)) for c in ps.classes]
+                self._states[ps.cut, lay.plan.dp, policy] = states
+            row = self._state_index[ps.index, policy] = len(self._state_rows)
+            self._state_rows.append(states)
+        return row
+
+    def _memory(self, layouts: np.ndarray, states_at: np.ndarray, recomputes: np.ndarray) -> np.ndarray:
+        """The busiest device's bytes of each plan (its layout's row, its states' row
+        (:meth:`_state_row`), its recomputation's index in :data:`RECOMPUTE`), on arrays: the
+        most over its classes of states and held activations
+        (:func:`attnroof.model.training_memory.held_activations`)."""
         widest = max(len(row[0]) for row in self._memory_rows)
-        n, nz, nr = len(self._memory_rows), len(ZERO_STAGES), len(RECOMPUTE)
-        states = np.full((n, widest, nz), -np.inf)
+        n, nr = len(self._memory_rows), len(RECOMPUTE)
+        states = np.full((len(self._state_rows), widest), -np.inf)
+        for i, state in enumerate(self._state_rows):
+            states[i, : len(state)] = state
         in_flight = np.zeros((n, widest))
         kept = {part: np.zeros((n, widest, nr)) for part in ("total", "working", "head")}
-        for i, (flight, state, act) in enumerate(self._memory_rows):
+        for i, (flight, act) in enumerate(self._memory_rows):
             c = len(flight)
             in_flight[i, :c] = flight
-            states[i, :c] = np.reshape(state, (c, nz))
             for part, values in act.items():
                 kept[part][i, :c] = np.reshape(values, (c, nr))
         a = {part: v[layouts, :, recomputes] for part, v in kept.items()}
-        held = states[layouts, :, zeros] + held_activations(a, in_flight[layouts])
+        held = states[states_at] + held_activations(a, in_flight[layouts])
         return held.max(axis=1)
 
     def _kernel_rows(self, keys: list[tuple[Shard, int, int, str]]) -> list[int]:
@@ -273,14 +298,14 @@ class PlanTable:
             t.add([(group, n) for n in tokens], comm_parts(comms))
         return [t.index[k] for k in keys]
 
-    def _sync_row(self, plan: Plan, cls: DeviceClass, zero: int) -> int:
-        """The sync table's row of a device class at a ZeRO stage: the same for every plan of
-        its degrees, whatever its micro-batches, schedule and recomputation."""
+    def _sync_row(self, plan: Plan, cls: DeviceClass, policy: tuple[Any, ...]) -> int:
+        """The sync table's row of a device class under a sharding policy: the same for every
+        plan of its degrees, whatever its micro-batches, schedule and recomputation."""
         t = self._syncs
-        key = (cls.shard, cls.last, zero, plan.tp, plan.cp, plan.dp, plan.ep, plan.etp, plan.pp)
+        key = (cls.shard, cls.last, policy, plan.tp, plan.cp, plan.dp, plan.ep, plan.etp, plan.pp)
         row = t.index.get(key)
         if row is None:
-            whole = Plan(**{**_fields(plan), "zero": zero})
+            whole = replace(plan, **dict(zip(SHARDING_FIELDS, policy, strict=True)))
             micro, step = sync_comms(self.model, whole, cls.shard, self.prec, self.links, last=cls.last)
             t.add([key], comm_parts(micro, step))
             row = t.index[key]
@@ -294,19 +319,19 @@ class PlanTable:
         they fit (None without a capacity), the bound, the estimate, 1) — its memory first, then,
         for those that fit, its bound and estimate, all on arrays."""
         verdicts: list[tuple[Any, ...] | None] = [None] * len(options)
-        judged: list[tuple[int, _Plans, int, str]] = []
+        judged: list[tuple[int, _Plans, tuple[Any, ...], str]] = []
         for j, o in enumerate(options):
             ps = self._of(o.plan)
             if ps is None:
                 verdicts[j] = (NOT_SEQUENCE,)
             else:
-                judged.append((j, ps, o.plan.zero, o.recompute))
+                judged.append((j, ps, _policy(o.plan), o.recompute))
         if not judged:
             return verdicts  # type: ignore[return-value]
         which = {r: i for i, r in enumerate(RECOMPUTE)}
         memory = self._memory(
             np.array([ps.index for _, ps, _, _ in judged]),
-            np.array([z for *_, z, _ in judged]),
+            np.array([self._state_row(ps, policy) for _, ps, policy, _ in judged]),
             np.array([which[r] for *_, r in judged]),
         )
         fits = np.ones(len(judged), dtype=bool) if capacity_bytes is None else memory <= capacity_bytes
@@ -321,7 +346,7 @@ class PlanTable:
                 verdicts[j] = ("fit", held, fit, float(bound), float(estimate), 1)
         return verdicts  # type: ignore[return-value]
 
-    def _times(self, plans: list[tuple[int, _Plans, int, str]]) -> tuple[np.ndarray, np.ndarray]:
+    def _times(self, plans: list[tuple[int, _Plans, tuple[Any, ...], str]]) -> tuple[np.ndarray, np.ndarray]:
         """The bound and the estimate of each plan: its classes' rows gathered from the tables,
         each stage's times (:func:`attnroof.model.busy.stage_times`), then the schedule's
         pipeline and each link's traffic over the plan's rows."""
@@ -330,7 +355,7 @@ class PlanTable:
         groups: dict[tuple[Any, ...], Any] = {}
         sync, devices, starts = [], [], []
         micro, chunks, sched, overlap = [], [], [], []
-        for _, ps, zero, recompute in plans:
+        for _, ps, policy, recompute in plans:
             starts.append(len(kernel))
             lay = ps.layout
             plan, tokens = lay.plan, lay.micro * lay.here
@@ -340,7 +365,7 @@ class PlanTable:
                 if group not in groups:
                     groups[group] = (plan, cls, recompute)
                 comm.append((group, tokens))
-                sync.append(self._sync_row(plan, cls, zero))
+                sync.append(self._sync_row(plan, cls, policy))
                 devices.append(cls.devices)
             micro.append(plan.microbatches)
             chunks.append(plan.virtual_stages)
@@ -383,7 +408,3 @@ class PlanTable:
         links = np.maximum.reduceat(link_traffic(m_rows, busy, step), start)
         exposed = np.maximum.reduceat(pick["sync_exposed"], start)
         return np.maximum(bound, links), estimate + exposed
-
-
-def _fields(plan: Plan) -> dict[str, Any]:
-    return {name: getattr(plan, name) for name in Plan.__dataclass_fields__}

@@ -7,7 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from attnroof.devices.links import Links
+from attnroof.model.sharding import sharding_json
 from attnroof.model.spread import Spread
+from attnroof.model.train_options import TRAIN
+
+
+def plan_json(s: Spread) -> dict[str, Any]:
+    """A step's plan as JSON, a training step's with its sharding policy named
+    (:func:`attnroof.model.sharding.sharding_json`)."""
+    return s.plan.to_json() | ({"sharding": sharding_json(s.plan)} if s.phase == TRAIN else {})
 
 
 def spread_json(
@@ -17,7 +25,8 @@ def spread_json(
     links: Links,
     totals: dict[str, Any],
 ) -> dict[str, Any]:
-    """One spread step as JSON: the plan, links, the slowest stage's operators and collectives,
+    """One spread step as JSON: the plan (a training step's with its sharding policy), links,
+    the slowest stage's operators and collectives,
     each stage, the ``totals``, and ``memory``: the whole model's memory on one device
     (``whole_memory``) beside the plan's — capacity over all devices, the largest global batch
     (:attr:`Spread.max_batch`, what ``--batch`` counts), and the busiest device's own figures
@@ -35,8 +44,11 @@ def spread_json(
     ops = [o.to_json() for o in slow.ops]
     if slow.passes:
         ops = [{"pass": p, **o} for o, p in zip(ops, slow.passes, strict=True)]
+    parallel = plan_json(s)
+    if s.phase == TRAIN:  # with what its sharding policy sends from the busiest device
+        parallel["sharding"]["sent_bytes_per_step"] = totals["dp_sync_bytes_per_device"]
     return {
-        "parallel": s.plan.to_json(),
+        "parallel": parallel,
         "links": links.to_json(),
         "ops": ops + [c.to_json() for c in slow.comms + slow.step_comms],
         "layer_kinds": slow.kinds(),

@@ -16,7 +16,9 @@ For a device count n dividing N, the search takes every split n = TP × CP × PP
     M    micro-batches per replica: every divisor of the replica's batch (prefill and training)
     the pipeline's schedule: 1F1B; interleaved with 2 or 4 chunks a device; ZB-H1 (training),
          each where Megatron's rules allow it (:mod:`attnroof.model.schedules`)
-    ZeRO 0, 1, 2, 3 when DP × CP > 1 (training)
+    ZeRO 0, 1, 2, 3 when DP × CP > 1 (training), under the sharding policies the user names
+         (:mod:`attnroof.model.sharding`: when ZeRO 3 gathers the weights and ZeRO 2 and 3
+         reduce the gradients, each value given tried; the hybrid shard degrees dividing DP)
     recomputation none, selective, full (training)
 
 and costs each with the whole model's arithmetic on one device of each stage, the collectives
@@ -47,7 +49,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -56,14 +58,14 @@ from attnroof.errors import InputError
 from attnroof.model.layers import layer_table
 from attnroof.model.parallel import Plan
 from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1, check_schedule, chunks
+from attnroof.model.sharding import ZERO_STAGES, sharding_json, when_sent
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread
-from attnroof.model.train_options import TRAIN
+from attnroof.model.train_options import EVERY_MICROBATCH, EVERY_PASS, GRAD_REDUCES, TRAIN, WEIGHT_GATHERS
 from attnroof.model.training_memory import FULL, NONE, SELECTIVE
 from attnroof.operators import ATTENTION, rule
 
 RECOMPUTES = (NONE, SELECTIVE, FULL)
-ZERO_STAGES = (0, 1, 2, 3)
 MAX_PLANS = 500_000
 """The most plans one search tries when they are judged on arrays (training,
 :mod:`attnroof.model.plan_table`: some 10,000 a second on this project's two-core machine for a
@@ -92,6 +94,7 @@ NOT_CP = (
 )
 NOT_CONTEXT = "the context does not cut into 2·CP chunks"
 NOT_EXPERT_WIDTH = "ETP does not divide the expert width"
+NOT_SHARD = "no --dp-shard degree divides DP (and its copies the experts' EDP)"
 FILTERED = "left out by --where"
 
 
@@ -103,8 +106,10 @@ class Option:
     recompute: str = NONE
 
     def fields(self) -> dict[str, Any]:
-        """The values ``--where`` compares (the plan's degrees, ZeRO, micro-batches, recompute)."""
+        """The values ``--where`` compares (the plan's degrees, its sharding policy as it sends
+        (:func:`attnroof.model.sharding.when_sent`), micro-batches, recompute)."""
         p = self.plan
+        gather, reduce_ = when_sent(p)
         return {
             "tp": p.tp,
             "pp": p.pp,
@@ -116,6 +121,9 @@ class Option:
             "microbatches": p.microbatches,
             "virtual_stages": p.virtual_stages,
             "zero": p.zero,
+            "weight_gather": gather or "none",
+            "grad_reduce": reduce_,
+            "dp_shard": (p.dp_shard or p.dp) if p.zero else 1,
             "recompute": self.recompute,
             "schedule": p.schedule,
         }
@@ -135,6 +143,8 @@ class Row:
     fits: bool | None
     cost_of: Callable[[Option], Spread] = field(repr=False, compare=False)
     totals_of: Callable[[Spread], dict[str, Any]] = field(repr=False, compare=False)
+    train: bool = False
+    """A training plan: its JSON names its sharding policy."""
     _known: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -155,8 +165,9 @@ class Row:
 
     def to_json(self, *, full: bool = True) -> dict[str, Any]:
         """The plan, its times and memory; ``full`` adds its rates, bubble and limiter."""
+        plan = self.option.plan
         out = {
-            "parallel": self.option.plan.to_json(),
+            "parallel": plan.to_json() | ({"sharding": sharding_json(plan)} if self.train else {}),
             "recompute": self.option.recompute,
             "time_s": self.time_s,
             "estimate_time_s": self.estimate_time_s,
@@ -221,6 +232,12 @@ class Choices:
     sp: bool | None = None
     overlap: bool = True
     expert_imbalance: float = 1.0
+    gathers: tuple[str, ...] = (EVERY_PASS,)
+    """When ZeRO 3 plans gather the weights, each tried."""
+    grad_reduces: tuple[str, ...] = (EVERY_MICROBATCH,)
+    """When ZeRO 2 and 3 plans reduce the gradients, each tried."""
+    dp_shards: tuple[int, ...] | None = None
+    """Hybrid sharding's shard degrees, each that divides a plan's DP tried (None: fully sharded)."""
 
 
 VIRTUAL_STAGES = (2, 4)
@@ -318,8 +335,27 @@ def options(
                                         zero=zero, cp=cp, schedule=name, virtual_stages=v, etp=etp,
                                         expert_imbalance=f,
                                     )  # fmt: skip
-                                    for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
-                                        yield Option(plan, r)
+                                    for policy in _policies(plan, c, rejected):
+                                        for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
+                                            yield Option(policy, r)
+
+
+def _policies(plan: Plan, c: Choices, rejected: Counter[str]) -> Iterator[Plan]:
+    """The plan under each sharding policy of ``c`` its ZeRO stage takes: each weight gather
+    (ZeRO 3), each gradient reduction (ZeRO 2 and 3), each hybrid shard degree that divides DP
+    and whose copies divide the experts' replicas (ZeRO 1 and up)."""
+    z = plan.zero
+    shards: Sequence[int] = (0,)
+    if c.dp_shards is not None and z:
+        shards = [0 if s == plan.dp else s for s in c.dp_shards if plan.dp % s == 0]
+        shards = [s for s in dict.fromkeys(shards) if plan.edp % (plan.dp // (s or plan.dp)) == 0]
+        if not shards:
+            rejected[NOT_SHARD] += 1
+            return
+    for s in shards:
+        for gather in c.gathers if z == 3 else (EVERY_PASS,):
+            for reduce_ in c.grad_reduces if z >= 2 else (EVERY_MICROBATCH,):
+                yield replace(plan, weight_gather=gather, grad_reduce=reduce_, dp_shard=s)
 
 
 def _expert_splits(
@@ -371,7 +407,12 @@ def parse_where(text: str) -> Where:
     if name not in known:
         raise InputError(f"--where {text!r}: no field {name!r} (fields: {', '.join(known)})")
     value: Any = raw
-    words = {"recompute": RECOMPUTES, "schedule": (ONE_F_ONE_B, INTERLEAVED, ZB_H1)}.get(name)
+    words = {
+        "recompute": RECOMPUTES,
+        "schedule": (ONE_F_ONE_B, INTERLEAVED, ZB_H1),
+        "weight_gather": (*WEIGHT_GATHERS, "none"),
+        "grad_reduce": GRAD_REDUCES,
+    }.get(name)
     if words is None:
         if not raw.isdigit():
             raise InputError(f"--where {text!r}: {name} is compared with a whole number")
@@ -482,7 +523,7 @@ def search(
             continue
         held, fits, bound, estimate, costed = figures
         out.costed += costed
-        out.rows.append(Row(o, bound, estimate, held, fits, cost, totals))
+        out.rows.append(Row(o, bound, estimate, held, fits, cost, totals, train=phase == TRAIN))
     out.front = pareto(out.rows)
     return out
 

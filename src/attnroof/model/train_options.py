@@ -15,3 +15,12 @@ RECOMPUTE = (NONE, SELECTIVE, FULL)
 
 OPTIMIZER_STATES = {"adamw": 2, "sgd": 1}
 """States kept per parameter: AdamW's first and second moments; SGD's momentum."""
+
+EVERY_PASS, EVERY_MICROBATCH, ONCE_A_STEP = "pass", "microbatch", "step"
+WEIGHT_GATHERS = (EVERY_PASS, EVERY_MICROBATCH, ONCE_A_STEP)
+"""When ZeRO 3 all-gathers the weights (:mod:`attnroof.model.sharding`): before each pass of
+every micro-batch (FSDP's ``reshard_after_forward=True``), once a micro-batch and kept to its
+backward (``reshard_after_forward=False``), or once a step and kept through every micro-batch."""
+GRAD_REDUCES = (EVERY_MICROBATCH, ONCE_A_STEP)
+"""When ZeRO 2 and 3 reduce-scatter the gradients: after every micro-batch's backward, or once a
+step, accumulated unsharded until the last."""

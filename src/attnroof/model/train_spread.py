@@ -1,6 +1,6 @@
 """A training step on many devices: each pipeline stage's forward, recomputation and backward
 operators (:mod:`attnroof.model.training`, on the device's shard) on the device roof, the
-collectives each pass adds on the link roof, the data-parallel sync that ZeRO's stage fixes, and
+collectives each pass adds on the link roof, the data-parallel sync its sharding policy sends, and
 the memory one device holds.
 
 Collectives of one device, per micro-batch unless marked *step* (once, after the last one)::
@@ -30,29 +30,19 @@ Collectives of one device, per micro-batch unless marked *step* (once, after the
                                      the previous (all but the first)
                  step                a tied embedding: the first and last   V/t · hidden · g
                                      stages' gradients summed
-    DP  ZeRO 0   step                all-reduce of the gradients            N · g
-        ZeRO 1   step                reduce-scatter of the gradients, all-  N · g, N · w
-                                     gather of the updated weights
-        ZeRO 2   micro-batch; step   reduce-scatter (no device keeps a      N · g; N · w
-                                     whole gradient to accumulate into);
-                                     all-gather of the updated weights
-        ZeRO 3   micro-batch         all-gather of the weights before the   N · w twice, N · g
-                                     forward and again before the
-                                     backward (a recomputation runs in the
-                                     backward, on those); reduce-scatter
-                                     of the gradients
+    DP           micro-batch, step   the sharding policy's gathers and      N · w, N · g
+                                     reductions (:mod:`attnroof.model.
+                                     sharding`'s table)
 
 (``a`` the activation bytes, ``N`` the device's parameters of its TP/PP shard, ``g`` and ``w`` the
 gradient and weight bytes; ``tokens`` a micro-batch's on the device, context/cp of each sequence.
-Under context parallelism "DP" is the dp · cp devices that hold the same weights.) At one micro-batch ZeRO 1 and 2 send what an all-reduce sends, and
-ZeRO 3 half as much again, the ZeRO paper's 1.5× (Rajbhandari et al. 2020, section 7). Expert
-weights sync over their own group: the ``dp/ep`` replicas that hold the same experts. ZeRO 2 and
-3 under a pipeline sync every micro-batch (DeepSpeed refuses the pairing; FSDP with a pipeline,
-as torchtitan runs it, pays this unless it keeps the weights gathered between micro-batches).
+Under context parallelism "DP" is the dp · cp devices that hold the same weights.) What each
+policy sends, and when, is :mod:`attnroof.model.sharding`'s table (at one micro-batch ZeRO 1
+and 2 send what an all-reduce sends, and ZeRO 3 half as much again, the ZeRO paper's 1.5×).
 With ``--overlap`` a pass's collectives hide behind that pass's kernels, the gradients' sync
-behind the last backward, and ZeRO 1 and 2's weight all-gather behind the next step's forward.
+behind the last backward, and a once-a-step weight all-gather behind the next step's forward.
 
-Memory per device: the shard's parameters with ZeRO's cuts (:class:`Zero`), and the activations
+Memory per device: the shard's parameters with the policy's cuts (:class:`Zero`), and the activations
 of the micro-batches a stage holds under the 1F1B schedule — stage ``i`` of ``p`` keeps
 min(m, p − i) of them (Narayanan et al. 2021), so the first stage holds the most.
 
@@ -76,7 +66,6 @@ from attnroof.model.analysis import OpResult, kernel_time, place_op
 from attnroof.model.busy import Parts, kernel_parts
 from attnroof.model.comms import (
     GRADIENT_SYNC,
-    WEIGHT_GATHER,
     CommOp,
     block_reduce,
     context_ring,
@@ -86,7 +75,7 @@ from attnroof.model.comms import (
     tp_blocks,
 )
 from attnroof.model.costs import Op
-from attnroof.model.layers import EMBEDDING, HEAD, LAYER, params
+from attnroof.model.layers import EMBEDDING, HEAD, LAYER
 from attnroof.model.parallel import (
     Plan,
     Shard,
@@ -98,6 +87,7 @@ from attnroof.model.parallel import (
 )
 from attnroof.model.schedules import ZB_H1, check_schedule, device_chunks, schedule
 from attnroof.model.shard import standing_for
+from attnroof.model.sharding import STEP, ZERO_STAGES, check_sharding, dp_comms, zero_of  # noqa: F401 (re-exported)
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread, StageResult
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
@@ -108,7 +98,6 @@ from attnroof.model.training_memory import (
     TrainMemory,
     TrainPrecision,
     Zero,
-    expert_params,
     train_memory,
 )
 from attnroof.operators import operator
@@ -116,11 +105,8 @@ from attnroof.ops import collectives as coll
 from attnroof.ops.backward import FP32_BYTES
 from attnroof.roofline import Roof
 
-STEP = "step"
-"""The pass name of the once-a-step collectives."""
 LOSS_REDUCTIONS = 3
 """Vocab-parallel cross-entropy's all-reduces per token: the row max, Σ exp, the target's logit."""
-ZERO_STAGES = (0, 1, 2, 3)
 
 
 def layer_passes(recompute: str) -> tuple[str, ...]:
@@ -179,48 +165,6 @@ def tp_comms(
                 CommOp(coll.all_reduce(block, t, name="LM head input all-reduce"), 1, link, HEAD, BACKWARD)
             )
     return out
-
-
-def dp_comms(
-    model: ModelConfig, plan: Plan, shard: Shard, prec: TrainPrecision, links: Links
-) -> tuple[list[CommOp], list[CommOp]]:
-    """The data-parallel sync of one device's parameters: (per micro-batch, once a step)."""
-    micro: list[CommOp] = []
-    step: list[CommOp] = []
-    experts = expert_params(model, shard)
-    groups = (  # (parameters, replicas that hold them, stride between those replicas, whose)
-        (params(model, shard) - experts, plan.replicas, plan.tp, ""),  # dp · cp (Megatron's dp_cp)
-        (experts, plan.edp, plan.expert_tp * plan.ep, "expert "),  # ETP, EP inside each EDP group
-    )
-    for n_params, d, stride, whose in groups:
-        if d == 1 or n_params == 0:
-            continue
-        link = group_link(links, d, stride, _sync_group(plan, d, whose))
-        grads, weights = n_params * prec.grad_itemsize, n_params * prec.weight_itemsize
-        reduce_ = coll.all_reduce(grads, d, name=f"{whose}gradient all-reduce")
-        scatter = coll.reduce_scatter(grads, d, name=f"{whose}gradient reduce-scatter")
-        gather = coll.all_gather(weights, d, name=f"{whose}weight all-gather")
-        if plan.zero == 0:
-            step.append(CommOp(reduce_, 1, link, GRADIENT_SYNC, STEP))
-        elif plan.zero == 1:
-            step += [
-                CommOp(scatter, 1, link, GRADIENT_SYNC, STEP),
-                CommOp(gather, 1, link, WEIGHT_GATHER, STEP),
-            ]
-        elif plan.zero == 2:
-            micro.append(CommOp(scatter, 1, link, LAYER, BACKWARD))
-            step.append(CommOp(gather, 1, link, WEIGHT_GATHER, STEP))
-        else:  # a layer's recomputation runs inside its backward, on the weights gathered for it
-            micro += [CommOp(gather, 1, link, LAYER, p) for p in (FORWARD, BACKWARD)]
-            micro.append(CommOp(scatter, 1, link, LAYER, BACKWARD))
-    return micro, step
-
-
-def _sync_group(plan: Plan, d: int, whose: str) -> str:
-    """The flags that make a sync group of ``d`` devices, for an error naming them."""
-    if whose:
-        return f"expert data parallelism (EDP {d})"
-    return f"--dp {d}" if plan.cp == 1 else f"--dp × --cp = {d}"
 
 
 def tied_embedding_sync(
@@ -327,15 +271,14 @@ def train_layout(
     model: ModelConfig, batch: int, context: int, plan: Plan, prec: TrainPrecision | None, fused: bool
 ) -> TrainLayout:
     """The plan checked (one line naming the flag for what cannot run) and laid out."""
-    if plan.zero not in ZERO_STAGES:
-        raise ValueError(f"ZeRO stage {plan.zero} is not one of 0, 1, 2, 3")
+    check_sharding(plan)
     check_plan(model, plan, batch)
     check_schedule(plan.schedule, plan.virtual_stages, plan.pp, plan.microbatches, training=True)
     check_context_split(plan, TRAIN, context, fused=fused)
     micro = batch // plan.dp // plan.microbatches
     here = context // plan.cp  # context parallelism: the device's tokens of each sequence
     check_sequence_split(plan, micro * here)
-    zero = Zero(plan.zero, plan.replicas, plan.ep, plan.edp)  # the optimizer sharded over dp · cp
+    zero = zero_of(plan)  # the states sharded over dp · cp, or a hybrid's shard group
     devices = device_chunks(model.layers, plan.pp, plan.virtual_stages)
     shards = tuple(plan.shard(first, stop, tuple(more)) for (first, stop), *more in devices)
     return TrainLayout(plan, prec or TrainPrecision(), micro, here, schedule(plan.schedule), zero, shards)
@@ -465,6 +408,16 @@ def stage_kernels(
     return kernel_parts(timed, [name for name, _ in ops]), w
 
 
+def dp_sync_bytes(stage: StageResult, microbatches: int) -> float:
+    """What the sharding policy sends from one device of ``stage`` over a step: its collectives
+    of each micro-batch ``microbatches`` times, and its once-a-step ones."""
+
+    def sent(comms: tuple[CommOp, ...]) -> float:
+        return sum((c.count * float(c.comm.bytes_per_device) for c in comms if c.sync), 0.0)
+
+    return microbatches * sent(stage.comms) + sent(stage.step_comms)
+
+
 def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:
     """A spread step's totals: :func:`train_totals` for a training step, else :meth:`Spread.totals`."""
     return train_totals(s, model, context, peak_flops_per_s) if s.phase == TRAIN else s.totals()
@@ -472,7 +425,8 @@ def step_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: f
 
 def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: float) -> dict[str, Any]:
     """:meth:`Spread.totals` with a training step's own figures: FLOPs by pass (per device, the
-    slowest stage's), PaLM's model FLOPs of the whole step, tokens/s, and MFU over all the
+    slowest stage's), PaLM's model FLOPs of the whole step, the bytes the sharding policy sends
+    from the busiest device (:func:`dp_sync_bytes`), tokens/s, and MFU over all the
     devices (model FLOPs / (devices · step time · peak)); HFU is the slowest device's. Each rate
     twice: at the bound (``mfu``, ``tokens_per_s``: ceilings no flag raises) and at the estimate
     (``estimate_mfu``, …: the schedule as the flags describe it)."""
@@ -493,6 +447,7 @@ def train_totals(s: Spread, model: ModelConfig, context: int, peak_flops_per_s: 
         tokens=tokens,
         sync_time_s=max(st.sync_time_s for st in s.stages),
         sync_exposed_s=max(st.sync_exposed_s for st in s.stages),
+        dp_sync_bytes_per_device=max(dp_sync_bytes(st, m) for st in s.stages),
     )
     for prefix, time in (("", t["time_s"]), ("estimate_", t["estimate_time_s"])):
         t[prefix + "tokens_per_s"] = tokens / time

@@ -54,7 +54,15 @@ from attnroof.model.layers import (
 from attnroof.model.memory import _largest, context_limit_json, largest_context
 from attnroof.model.shard import Shard, standing_for
 from attnroof.model.spec import ModelConfig
-from attnroof.model.train_options import FULL, NONE, OPTIMIZER_STATES, RECOMPUTE, SELECTIVE  # noqa: F401 (re-exported)
+from attnroof.model.train_options import (  # noqa: F401 (re-exported)
+    EVERY_MICROBATCH,
+    EVERY_PASS,
+    FULL,
+    NONE,
+    OPTIMIZER_STATES,
+    RECOMPUTE,
+    SELECTIVE,
+)
 from attnroof.operators import rule
 from attnroof.ops.backward import FP32_BYTES
 from attnroof.row import Saving
@@ -226,18 +234,39 @@ class Zero:
     """ZeRO's sharding (Rajbhandari et al. 2020) over the data-parallel replicas: stage 1 splits
     the optimizer states, 2 the gradients too, 3 the weights too. Expert weights have their own,
     smaller, data-parallel group: the ``dp/ep`` replicas that hold the same experts (``edp``
-    where the experts are cut unlike the attention: tp · dp / (etp · ep))."""
+    where the experts are cut unlike the attention: tp · dp / (etp · ep)). Under hybrid sharding
+    ``dp`` and ``edp`` are the shard groups', the cut each device keeps. Gradients reduced once
+    a step (``grad_reduce``) accumulate whole on every device, so they are never cut; ZeRO 3's
+    weights gathered once a micro-batch or a step (``weight_gather``) stay resident, the whole
+    shard's beside the device's own cut (:mod:`attnroof.model.sharding`)."""
 
     stage: int = 0
     dp: int = 1
     ep: int = 1
     edp: int = 0
+    weight_gather: str = EVERY_PASS
+    grad_reduce: str = EVERY_MICROBATCH
 
     def per_device(self, dense: Num, experts: Num, from_stage: int) -> Num:
         """Parameters a device keeps of a state that ZeRO shards from ``from_stage`` on."""
         if self.stage < from_stage:
             return dense + experts
         return dense / self.dp + experts / (self.edp or self.dp // self.ep)
+
+    @property
+    def gradients_from(self) -> int:
+        """The stage from which the gradients are kept cut: 2, or never when they accumulate
+        whole until a once-a-step reduction."""
+        return 2 if self.grad_reduce == EVERY_MICROBATCH else NEVER
+
+    @property
+    def keeps_gathered(self) -> bool:
+        """ZeRO 3 keeping the gathered weights between passes: the whole shard's stay resident."""
+        return self.stage >= 3 and self.weight_gather != EVERY_PASS
+
+
+NEVER = 4
+"""A stage past ZeRO's last: a state that no stage cuts."""
 
 
 def expert_params(model: ModelConfig, shard: Shard | None = None) -> int:
@@ -249,12 +278,13 @@ def state_bytes(
     model: ModelConfig, prec: TrainPrecision, shard: Shard | None, zero: Zero | None
 ) -> tuple[float, float, float]:
     """The weights', gradients' and optimizer's bytes one device keeps: its shard's parameters,
-    each cut by ZeRO from its stage on (:class:`Zero`)."""
+    each cut by ZeRO from its stage on, and the gathered weights ZeRO 3 keeps (:class:`Zero`)."""
     z = zero or Zero()
     dense, experts = _shard_params(model, shard)
+    gathered = (dense + experts) if z.keeps_gathered else 0
     return (
-        z.per_device(dense, experts, 3) * prec.weight_itemsize,
-        z.per_device(dense, experts, 2) * prec.grad_itemsize,
+        (z.per_device(dense, experts, 3) + gathered) * prec.weight_itemsize,
+        z.per_device(dense, experts, z.gradients_from) * prec.grad_itemsize,
         z.per_device(dense, experts, 1) * prec.optimizer_bytes_per_param,
     )
 

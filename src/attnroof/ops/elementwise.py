@@ -100,6 +100,33 @@ def add(n: Num, h: Num, *, itemsize: Num = BF16_BYTES, name: str = "residual add
     )
 
 
+def add_norm(
+    n: Num, h: Num, *, itemsize: Num = BF16_BYTES, kind: str = "rms", name: str = "residual add + norm"
+) -> Cost:
+    """A residual add fused into the norm after it (vLLM's and Liger's ``fused_add_rms_norm``):
+    reads X, the residual and the scale once, writes the normalised tokens and the new residual.
+    Its bytes are the add's and the norm's less the sum's round trip through memory::
+
+        residual ← X + residual            (add: 1 FLOP per element)
+        Y        ← norm(residual) · scale  (the norm's FLOPs per element)
+
+    >>> c = add_norm(1, 4096)               # bf16: 2·(4096 + 4096 + 4096) read, 2·(2 · 4096) written
+    >>> c.flops, c.bytes                    # (1 + 4)·4096; add(1, 4096) + norm(1, 4096) less 2 · 2 · 4096
+    (20480, 40960)
+    """
+    validate.sizes(n=n, h=h)
+    _itemsizes(itemsize=itemsize)
+    normed = norm(n, h, itemsize=itemsize, kind=kind)
+    act = n * h * itemsize
+    (stage,) = normed.stages
+    return _one(
+        name,
+        ADD_FLOPS_PER_ELEMENT * n * h + stage.flops,
+        (Access("X", act), Access("residual", act), *stage.reads[1:]),
+        (Access("Y", act), Access("residual", act)),
+    )
+
+
 def activation(
     n: Num,
     width: Num,

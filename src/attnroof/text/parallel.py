@@ -17,6 +17,7 @@ from attnroof.model.training_memory import TrainMemory
 from attnroof.text import render
 from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
 from attnroof.text.render import table
+from attnroof.text.sharding import sharded_words, sharding_line, zero_words
 from attnroof.units import GB, duration
 
 SCHEDULE_NAMES = {ONE_F_ONE_B: "1F1B", INTERLEAVED: "interleaved 1F1B", ZB_H1: "ZB-H1"}
@@ -33,7 +34,7 @@ def plan_line(s: Spread) -> str:
     if p.expert_imbalance != 1:
         extra.append(f"busiest expert device {render.num(p.expert_imbalance)}× the mean tokens")
     if p.zero:
-        extra.insert(0, f"ZeRO {p.zero}")
+        extra.insert(0, zero_words(p))
     micro = f", {render.plural(p.microbatches, 'micro-batch', 'micro-batches')}" if p.microbatches > 1 else ""
     if p.schedule != "1f1b":
         chunks = f" × {p.virtual_stages} chunks a device" if p.virtual_stages > 1 else ""
@@ -168,14 +169,23 @@ def _train_lines(s: Spread, t: dict[str, Any], mem: TrainMemory) -> list[str]:
     from attnroof.text.training import train_memory_text
 
     zero = f"ZeRO {s.plan.zero}" if s.plan.zero else "no ZeRO sharding"
+    policy = sharding_line(s.plan, t) if s.plan.replicas > 1 else None
     sync = (
         f"data-parallel sync ({zero}) once a step: {duration(t['sync_time_s'])}, "
         f"{duration(t['sync_exposed_s'])} of it exposed"
         if t["sync_time_s"]
         else None
     )
-    memory = train_memory_text(mem, s.optimizer, s.recompute, zero=s.plan.zero, batch_word="micro-batch")
+    memory = train_memory_text(
+        mem,
+        s.optimizer,
+        s.recompute,
+        zero=s.plan.zero,
+        batch_word="micro-batch",
+        sharded=sharded_words(s.plan),
+    )
     return [
+        *([policy] if policy else []),
         *([sync] if sync else []),
         f"model FLOPs {render.flops(t['model_flops'])} over {render.plural(s.plan.devices, 'device')}: "
         f"MFU ≤ {render.pct(t['mfu'])}, this device's HFU ≤ {render.pct(t['hfu'])} (the bound); "

@@ -80,13 +80,18 @@ def train_memory_text(
     n_params: int | None = None,
     zero: int = 0,
     batch_word: str = "batch",
+    sharded: str | None = None,
 ) -> str:
     """Weights, gradients, optimizer state and activations, and whether they fit (with the
-    bytes per parameter when ``n_params`` is given, and what ZeRO shards)."""
+    bytes per parameter when ``n_params`` is given, and what ZeRO shards: ``sharded``, the
+    plan's policy in words, or the stage's default)."""
     b = render.nbytes
     states = m.weights_bytes + m.gradient_bytes + m.optimizer_bytes
     per_param = f" ({render.num(states / n_params)} B/parameter in all)" if n_params else ""
-    sharded = f" (ZeRO {zero}: {ZERO_SHARDS[zero]} sharded over the data-parallel replicas)" if zero else ""
+    if sharded is None:
+        sharded = (
+            f" (ZeRO {zero}: {ZERO_SHARDS[zero]} sharded over the data-parallel replicas)" if zero else ""
+        )
     used = (
         f"memory: weights {b(m.weights_bytes)} + gradients {b(m.gradient_bytes)} + "
         f"{optimizer} state {b(m.optimizer_bytes)}{per_param} + "
