@@ -303,7 +303,7 @@ def valid_command(draw: Any, command: str, tmp: Path, ceilings: Path) -> list[st
             if draw(st.booleans()):
                 out += ["--kv-dtype", draw(st.sampled_from(["bf16", "fp8"]))]
             if draw(st.booleans()):
-                out += ["--routing", draw(st.sampled_from(["uniform", "all"]))]
+                out += ["--routing", draw(st.sampled_from(["uniform", "all", "fewest", "skewed:1.2"]))]
             if draw(st.booleans()):
                 out += ["--mla", draw(st.sampled_from(["absorbed", "naive"]))]
             plan = draw(st.sampled_from(["none", "none", "plan", "fit", "sweep"]))

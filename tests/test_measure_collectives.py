@@ -82,14 +82,20 @@ def test_the_link_roof_is_the_catalog_link(measured):
     for r in doc["records"]:
         if r["status"] != "ok":
             continue
-        comm = COLLECTIVE_FN[r["shape"]["op"]](r["shape"]["bytes"], 2)
+        m = r["shape"]["bytes"]
+        comm = COLLECTIVE_FN[r["shape"]["op"]](m, 2)
         # α₀ + steps · α + bytes sent / β: 3.6 µs a call, 0.47 µs a step (NCCL's ring, LL)
         bound = (
             link.base_latency_s
             + comm.steps * link.latency_s
             + comm.bytes_per_device / link.bandwidth_bytes_per_s
         )
+        if r["shape"]["op"] == "all-reduce":  # NVSwitch: one-shot, 1 step, (2 − 1) · M read, no α₀
+            bound, algorithm = link.latency_s + m / link.bandwidth_bytes_per_s, "one-shot"
+        else:
+            algorithm = "p2p" if r["shape"]["op"] == "send/recv" else comm.algorithm
         assert r["bound_time_s"] == pytest.approx(bound, rel=1e-12)
+        assert r["bound_algorithm"] == algorithm
         assert r["efficiency"] == r["bound_time_s"] / r["time_s"]
         assert r["link"].startswith("H100 SXM scale-up") and r["link_bytes_per_s"] == 450e9
 

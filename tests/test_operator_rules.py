@@ -1,5 +1,6 @@
-"""An operator is one entry: a toy rotary embedding, registered here and nowhere else, runs through
-the whole model — costed forward and backward, cut under TP, saved for the backward pass,
+"""An operator is one entry: a toy rotary embedding (``toy rotary``, beside attnroof's own
+``rotary`` entry, which every RoPE model's layer table holds), registered here and nowhere else,
+runs through the whole model — costed forward and backward, cut under TP, saved for the backward pass,
 forecast, listed in ``--json`` — and an entry that lacks a rule is refused in one line naming it.
 
 The toy: rotary position embedding on each token's queries and keys (q width + kv width
@@ -30,17 +31,18 @@ from attnroof.operators import MEMORY_PASS, Call, cut_width, saves_input
 from attnroof.row import HEADS, LAYER, OpInstance
 
 ROTARY_FLOPS_PER_ELEMENT = 3
+TOY = "toy rotary"
 LLAMA = builtin("llama-3.1-8b")
 WIDTH = LLAMA.q_width + LLAMA.kv_width  # 4096 + 1024 = 5120 elements per token
 
 
-def rotary(n: Any, width: Any, *, itemsize: Any = 2, name: str = "rotary") -> Cost:
+def rotary(n: Any, width: Any, *, itemsize: Any = 2, name: str = TOY) -> Cost:
     """Rotate each token's q and k: three FLOPs per element, read once, written once."""
     x = n * width * itemsize
     return Cost((Stage(name, ROTARY_FLOPS_PER_ELEMENT * n * width, (Access("X", x),), (Access("Y", x),)),))
 
 
-def rotary_backward(n: Any, width: Any, *, itemsize: Any = 2, name: str = "rotary") -> Cost:
+def rotary_backward(n: Any, width: Any, *, itemsize: Any = 2, name: str = TOY) -> Cost:
     return rotary(n, width, itemsize=itemsize, name=f"{name} backward")
 
 
@@ -60,13 +62,13 @@ FULL_ENTRY = dict(
 @contextlib.contextmanager
 def toy_model(monkeypatch: pytest.MonkeyPatch, **entry: Any):
     """Register the toy operator with ``entry`` and put a row of it after each layer's QKV projection."""
-    operators.register("rotary", rotary, **entry)
+    operators.register(TOY, rotary, **entry)
     real = rows.layer_rows
 
     def with_rotary(model, *a, **kw):
         out = real(model, *a, **kw)
         at = next(k for k, r in enumerate(out) if r.name == "QKV projection") + 1
-        row = OpInstance("rotary", "rotary", 1, LAYER, {"width": model.q_width + model.kv_width}, split=HEADS)
+        row = OpInstance(TOY, TOY, 1, LAYER, {"width": model.q_width + model.kv_width}, split=HEADS)
         return [*out[:at], row, *out[at:]]
 
     monkeypatch.setattr(rows, "layer_rows", with_rotary)
@@ -75,7 +77,7 @@ def toy_model(monkeypatch: pytest.MonkeyPatch, **entry: Any):
     try:
         yield
     finally:
-        operators.unregister("rotary")
+        operators.unregister(TOY)
         monkeypatch.undo()
         layers._layer_table.cache_clear()
         layers._device_table.cache_clear()
@@ -91,24 +93,22 @@ def _main(*argv: str) -> tuple[int, str, str]:
 def test_one_entry_runs_through_the_whole_model(monkeypatch):
     with toy_model(monkeypatch, **FULL_ENTRY):
         # forward, one device: decode of 16 sequences is 16 tokens through 5120 elements, 32 layers
-        (op,) = [o for o in model_ops(LLAMA, "decode", 16, 8192) if o.operator == "rotary"]
+        (op,) = [o for o in model_ops(LLAMA, "decode", 16, 8192) if o.operator == TOY]
         assert op.count == 32 and op.cost.flops == 3 * 16 * 5120
         assert op.cost.bytes == 2 * 16 * 5120 * 2
 
         # tensor parallel 8: each device rotates its own heads, 5120 / 8 = 640 elements a token
-        (row,) = [r for r in layers.layer_table(LLAMA, Shard(8, 1, 0, 32)) if r.operator == "rotary"]
+        (row,) = [r for r in layers.layer_table(LLAMA, Shard(8, 1, 0, 32)) if r.operator == TOY]
         assert row.shape["width"] == 640
         (op8,) = [
-            o
-            for o in model_ops(LLAMA, "decode", 16, 8192, shard=Shard(8, 1, 0, 32))
-            if o.operator == "rotary"
+            o for o in model_ops(LLAMA, "decode", 16, 8192, shard=Shard(8, 1, 0, 32)) if o.operator == TOY
         ]
         assert op8.cost.flops == op.cost.flops / 8 == 3 * 16 * 640
 
         # training: forward and backward, 4096 tokens; its input saved: 4096 · 5120 · 2 B a layer
-        ops = [(p, o) for p, o in train_ops(LLAMA, 1, 4096, TrainPrecision()) if o.operator == "rotary"]
+        ops = [(p, o) for p, o in train_ops(LLAMA, 1, 4096, TrainPrecision()) if o.operator == TOY]
         assert [p for p, _ in ops] == ["forward", "backward"]
-        assert ops[1][1].cost.flops == 3 * 4096 * 5120 and ops[1][1].cost.stages[0].name == "rotary backward"
+        assert ops[1][1].cost.flops == 3 * 4096 * 5120 and ops[1][1].cost.stages[0].name == f"{TOY} backward"
     without = activation_bytes(LLAMA, 1, 4096, 2, fused=True, recompute="none")["total"]
     with toy_model(monkeypatch, **FULL_ENTRY):
         with_toy = activation_bytes(LLAMA, 1, 4096, 2, fused=True, recompute="none")["total"]
@@ -124,13 +124,13 @@ def test_one_entry_is_listed_in_json_and_forecast(monkeypatch, tmp_path):
         code, out, err = _main(*argv, "--calibration", str(cal), "--json")
         assert code == 0, err
         doc = json.loads(out)
-        (op,) = [o for o in doc["ops"] if o["operator"] == "rotary"]
+        (op,) = [o for o in doc["ops"] if o["operator"] == TOY]
         assert op["flops"] == 3 * 16 * 5120 and op["count"] == 32
-        (fc,) = [o for o in doc["predicted"]["ops"] if o["name"] == "rotary"]
+        (fc,) = [o for o in doc["predicted"]["ops"] if o["name"] == TOY]
         assert fc["by"] == "memory pass" and fc["time_s"] > 0
         code, out, err = _main(*argv, "--tp", "8", "--json")
         assert code == 0, err
-        (op8,) = [o for o in json.loads(out)["ops"] if o.get("operator") == "rotary"]
+        (op8,) = [o for o in json.loads(out)["ops"] if o.get("operator") == TOY]
         assert op8["flops"] == 3 * 16 * 640
 
 
@@ -140,7 +140,7 @@ def test_one_entry_is_listed_in_json_and_forecast(monkeypatch, tmp_path):
         (
             "cuts",
             ["--tp", "8", "--context", "4096"],
-            "has no rule for the heads split (row 'rotary' under tensor parallelism)",
+            "has no rule for the heads split (row 'toy rotary' under tensor parallelism)",
         ),
         (
             "saved",
@@ -150,7 +150,7 @@ def test_one_entry_is_listed_in_json_and_forecast(monkeypatch, tmp_path):
         (
             "backward",
             ["--phase", "train", "--context", "4096"],
-            "the backward pass of rotary is not modelled yet",
+            "the backward pass of toy rotary is not modelled yet",
         ),
         ("bind", ["--context", "4096"], "has no binder"),
     ],
@@ -187,5 +187,5 @@ def test_no_row_asks_its_operators_name_outside_the_table():
 
 
 def test_the_toy_is_gone_after_the_test():
-    assert "rotary" not in operators.OPERATORS
-    assert all(r.operator != "rotary" for r in layers.layer_table(replace(LLAMA)))
+    assert TOY not in operators.OPERATORS
+    assert all(r.operator != TOY for r in layers.layer_table(replace(LLAMA)))

@@ -30,6 +30,7 @@ def test_every_formula_is_registered_once():
         "embedding",
         "experts",
         "latent attention",
+        "rotary",
         # issue 23: beyond softmax
         "linear attention",
         "linear attention step",

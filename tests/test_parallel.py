@@ -284,3 +284,29 @@ def test_largest_batch_has_one_meaning_in_text_and_json(argv, replicas):
     per, glob = mem["per_device"]["max_batch"], mem["max_batch"]
     assert f"largest batch at this context {per:,}" in text
     assert f"as --batch counts it, {glob:,} ({per:,} × {replicas} replicas)" in text
+
+
+def test_a_multi_node_a100_plan_is_costed_on_its_scale_out():
+    """The A100 SXM 80GB record had no scale-out link, so no plan past one 8-GPU board could be costed;
+    its catalog record now carries Azure NDm A100 v4's (one 200 Gb/s HDR NIC per GPU, 25e9 B/s)."""
+    from attnroof.devices import get_device
+
+    dev = get_device("A100 SXM 80GB")
+    assert dev.links.scaleout.bandwidth_bytes_per_s == 25e9
+    roof = Roof.of(dev, "bf16")
+    s = spread(L70, "decode", 8, 8192, roof, dev.links, Plan(tp=16), capacity_bytes=dev.capacity_bytes)
+    ar = next(c for c in s.slowest.comms if c.comm.name == "attention all-reduce")
+    # TP 16 spans two boards: NCCL's ring on the network, 3.6 µs + 30 × 2.7 µs + 2 · 15/16 ·
+    # 131,072 B / 25e9 B/s = 3.6 + 81 + 9.83 = 94.43 µs (no peer access, no NVLS across nodes)
+    assert (ar.link.kind, ar.comm.algorithm) == ("scale-out", "ring")
+    assert ar.time_s == pytest.approx(3.6e-6 + 30 * 2.7e-6 + 2 * 15 / 16 * 131_072 / 25e9)
+    assert ar.time_s == pytest.approx(94.43e-6, rel=1e-4)
+    # training, TP 8 × DP 2: the gradients' all-reduce (2 devices 8 apart) rides the network:
+    # 1.004 G parameters a device × 2 B = 2,008,031,232 B;
+    # 3.6 + 2 × 2.7 µs + 2,008,031,232 B / 25e9 B/s = 80.330 ms
+    r = run_cli("model", "--model", "llama-3.1-8b", "--phase", "train", "--batch", "8", "--context", "4096",
+                "--device", "A100 SXM 80GB", "--tp", "8", "--dp", "2", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sync = next(o for o in json.loads(r.stdout)["ops"] if o["name"] == "gradient all-reduce")
+    assert (sync["link"], sync["algorithm"], sync["message_bytes"]) == ("scale-out", "ring", 2_008_031_232)
+    assert sync["time_s"] == pytest.approx(9e-6 + 2_008_031_232 / 25e9) == pytest.approx(80.330e-3, rel=1e-4)

@@ -6,9 +6,11 @@ where each came from). Each row names the rule of attnroof's it exercises (``rul
 is computed through the library alone:
 
     kind          bound                                                      measured
-    collective    ops.collectives (ring: α₀ + steps·α + bytes/β) on the     measured_s, or nccl-tests'
-                  link ``model.parallel.group_link`` picks for the group     busbw: bytes per device / busbw
-                  (its scale-up domain = the devices of one node)
+    collective    ops.collectives (α₀ + steps·α + bytes/β, the fastest      measured_s, or nccl-tests'
+                  algorithm the link allows: ring, one-shot, two-shot,       busbw: bytes per device / busbw
+                  NVLS) on the link ``model.parallel.group_link`` picks
+                  for the group (its scale-up domain = one node's devices;
+                  a bridged pair: the bridge)
     elementwise,  the ops.elementwise formula (its backward, ops.backward,   measured_s, or the source's
     norm,         for bwd) placed on the device's roof, max(F/P, bytes/B)    bytes / measured bytes/s
     activation    per kernel, summed over the passes
@@ -54,10 +56,6 @@ SLACK = 1e-9
 """Relative: a bound equal to the measurement (a rounded source figure) still holds."""
 
 NEEDS = {
-    "nvls": "needs rule nvls: NVLink SHARP reduces in the switch, so an all-reduce's busbw passes the ring's β",
-    "one-shot": "needs rule one-shot: a small all-reduce done in one step (each device reads its peers' buffers) "
-    "pays one step's latency, not the ring's 2 (n - 1)",
-    "bridge": "needs rule bridge: a 2-GPU NVLink bridge is faster than the card's PCIe scale-up figure",
     "scale-out": "needs rule scale-out: a multi-node collective crosses the network on every NIC of a node "
     "at once and mostly over NVLink, not the whole ring at one NIC's β",
     "l2": "needs rule l2 on the RTX 5090: its rows are warm, but the catalog has no sourced L2 "

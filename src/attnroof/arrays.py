@@ -25,6 +25,11 @@ def _np() -> Any:
     return numpy
 
 
+def numpy() -> Any:
+    """numpy itself, imported on first use: for the array branch of a formula (an argmin)."""
+    return _np()
+
+
 def minimum(a: Any, b: Any) -> Any:
     """min(a, b) element-wise.
 

@@ -41,7 +41,7 @@ formulas return a :class:`~attnroof.ops.collectives.Comm` for the link roof, and
     >>> operator("linear").forward(1, 8192, 8192).flops    # 2 · 1 · 8192 · 8192
     134217728
     >>> sorted(o for o in OPERATORS if OPERATORS[o].kind != COLLECTIVE)
-    ['activation', 'add', 'attention', 'chunk', 'chunked attention', 'chunked attention chunk', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'linear attention', 'linear attention step', 'norm', 'selective scan', 'selective scan step', 'softmax', 'sparse attention', 'ssd', 'ssd step']
+    ['activation', 'add', 'attention', 'chunk', 'chunked attention', 'chunked attention chunk', 'copy', 'decode', 'embedding', 'experts', 'latent attention', 'linear', 'linear attention', 'linear attention step', 'norm', 'rotary', 'selective scan', 'selective scan step', 'softmax', 'sparse attention', 'ssd', 'ssd step']
     >>> [o for o in OPERATORS if OPERATORS[o].kind == COLLECTIVE]
     ['all-reduce', 'reduce-scatter', 'all-gather', 'all-to-all', 'send/recv']
 
@@ -66,7 +66,7 @@ from attnroof.ops import backward as bwd
 from attnroof.ops import collectives as coll
 from attnroof.ops.attention import MASK, QK, SOFTMAX, causal_band, causal_half, chunk
 from attnroof.ops.backward import FP32_BYTES
-from attnroof.ops.elementwise import activation, add, copy, embedding, norm
+from attnroof.ops.elementwise import activation, add, copy, embedding, norm, rotary
 from attnroof.ops.experts import expert_gemm
 from attnroof.ops.latent import NAIVE, latent_attention
 from attnroof.ops.softmax import softmax
@@ -490,6 +490,30 @@ def _bind_add(i: OpInstance, st: Step) -> Call:
 register(
     "add", add, kind=MEMORY_PASS, backward=bwd.add_backward, bind=_bind_add, sequence_parallel=True,
     saved=saves_nothing, weight_gradient=no_weights,
+)  # fmt: skip
+
+
+def _bind_rotary(i: OpInstance, st: Step) -> Call:
+    """Every token's queries and keys (a decode step's new ones: the cache holds its keys
+    already turned)."""
+    sh = i.shape
+    kw = dict(itemsize=st.prec.itemsize, name=_kernel(i))
+    return Call((st.tokens(), sh["q_heads"], sh["k_heads"], sh["rotated"]), kw)
+
+
+def _cut_rotary(shape: Mapping[str, Any], t: int) -> tuple[dict[str, Any], float]:
+    """This device's query heads, and its KV heads (one each where there are fewer KV heads than
+    devices; latent attention's one shared rotary key stays whole on every device)."""
+    return {
+        **shape,
+        "q_heads": math.ceil(shape["q_heads"] / t),
+        "k_heads": kv_heads_kept(shape["k_heads"], t),
+    }, 1.0
+
+
+register(
+    "rotary", rotary, kind=MEMORY_PASS, backward=bwd.rotary_backward, bind=_bind_rotary,
+    cuts={HEADS: _cut_rotary}, saved=saves_nothing, weight_gradient=no_weights,
 )  # fmt: skip
 
 

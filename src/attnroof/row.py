@@ -17,7 +17,7 @@ from attnroof import arrays
 from attnroof.cost import Num
 from attnroof.dtypes import BF16_BYTES
 from attnroof.formats import WeightFormat
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
@@ -87,7 +87,7 @@ class Step:
     prec: Precision = field(default_factory=Precision)
     fused: bool = True
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT
-    routing: str = UNIFORM
+    routing: Routing | str = UNIFORM
     latent_form: str = ABSORBED
     queries: Num = 1
     """A chunk's new tokens per sequence (:data:`CHUNK`); ``context`` then counts them too."""

@@ -25,7 +25,7 @@ def _plan_and_ring(result: Any, _: Path) -> None:
 
 def _text_names_cp(result: Any, _: Path) -> None:
     assert "TP 1 × CP 2 × PP 1 × DP 1 = 2 devices" in result.stdout
-    assert "K/V ring step [send/recv, 2 dev, scale-up]" in result.stdout
+    assert "K/V ring step [send/recv, p2p, 2 dev, scale-up]" in result.stdout
 
 
 CASES = [

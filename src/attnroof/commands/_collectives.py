@@ -5,7 +5,7 @@ only to count GPUs (nccl, or no ``--backend``). Under ``torchrun`` this process 
 the group (``attnroof.measure.launch``): rank 0 writes the results file and prints.
 
     attnroof measure collectives [--ops all-reduce,all-gather] [--sizes 1K..256M] [--world N]
-        [--backend gloo|nccl] [--device h100] [--link scale-up|scale-out] [-o r.jsonl] [--resume]
+        [--backend gloo|nccl] [--device h100] [--link scale-up|scale-out|bridge] [-o r.jsonl] [--resume]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from attnroof.commands._common import emit_json, require
 from attnroof.commands._measure_flags import COLLECTIVE_SIZES, byte_sizes
 from attnroof.devices import get_device
-from attnroof.devices.links import SCALE_UP, Link
+from attnroof.devices.links import BRIDGE, SCALE_OUT, SCALE_UP, Link
 from attnroof.text.render import plural
 
 GLOO_RANKS_PER_CORE = 2
@@ -93,8 +93,8 @@ def _link(args: argparse.Namespace) -> tuple[Link | None, str]:
     if not args.device:
         return None, ""
     dev = get_device(args.device)
-    link = dev.links.scaleup if args.link == SCALE_UP else dev.links.scaleout
-    what = "scaleup_bytes_per_s" if args.link == SCALE_UP else "scaleout_bytes_per_s"
+    link = {SCALE_UP: dev.links.scaleup, SCALE_OUT: dev.links.scaleout, BRIDGE: dev.links.bridge}[args.link]
+    what = args.link.replace("-", "") + "_bytes_per_s"
     require(
         link is not None,
         f"--device {args.device}: {dev.name} has no {args.link} link figure ([device.links] {what}); "

@@ -245,9 +245,10 @@ def collectives_setup(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--link",
-        choices=("scale-up", "scale-out"),
+        choices=("scale-up", "scale-out", "bridge"),
         default="scale-up",
-        help="which of its links: scale-up (NVLink, default) or scale-out (the NIC)",
+        help="which of its links: scale-up (NVLink, default), scale-out (the NIC) or bridge "
+        "(the NVLink bridge of a pair of PCIe cards)",
     )
     g.add_argument(
         "--dtype", default="fp32", help="element type: fp32 (default, nccl-tests' float), bf16, fp16"

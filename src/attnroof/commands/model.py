@@ -20,12 +20,13 @@ from attnroof.commands._common import (
 )
 from attnroof.commands._grid import check_grid, run_grid
 from attnroof.commands._parallel import add_parallel_args, run_parallel, wants_parallel
+from attnroof.commands._routing import add_routing_arg, routing_of
 from attnroof.commands._train import add_train_args, check_train_flags, run_train
 from attnroof.dtypes import DType, dtype
 from attnroof.formats import WeightFormat, weight_format
 from attnroof.model import ModelConfig, builtin, builtin_names, get_model
 from attnroof.model.train_options import TRAIN
-from attnroof.ops.experts import ROUTINGS, UNIFORM
+from attnroof.ops.experts import Routing
 from attnroof.ops.latent import ABSORBED, MLA_FORMS
 
 if TYPE_CHECKING:  # the analysis is loaded when a step is analysed, the text layer for text output
@@ -75,12 +76,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
         "mxfp4, nvfp4 (default: as the checkpoint's quantization_config stores them, the rest --dtype)",
     )
     p.add_argument("--kv-dtype", metavar="DTYPE", help="dtype of the KV cache (default: --dtype)")
-    p.add_argument(
-        "--routing",
-        choices=ROUTINGS,
-        default=UNIFORM,
-        help="experts a batch touches: 'uniform' routing (the expected number) or 'all' (default uniform)",
-    )
+    add_routing_arg(p)
     p.add_argument(
         "--mla",
         choices=MLA_FORMS,
@@ -123,7 +119,13 @@ class _Job:
     @property
     def options(self) -> dict[str, Any]:
         """How experts are routed and latent attention decoded."""
-        return {"routing": self.args.routing, "latent_form": self.args.mla}
+        return {"routing": self.routing, "latent_form": self.args.mla}
+
+    @property
+    def routing(self) -> Routing:
+        """``--routing``, read (a trace's file) and checked against the model in :func:`_run`."""
+        routing: Routing = self.args.routing
+        return routing
 
     def analyse(self, batch: int) -> ModelAnalysis:
         from attnroof.model.analysis import analyse
@@ -148,7 +150,7 @@ class _Job:
             **weights_json(self.model, self.prec, self.wdt.name, always=isinstance(self.wdt, WeightFormat)),
             "kv_dtype": self.kdt.name,
             "fused": self.fused,
-            **({"routing": self.args.routing} if self.model.experts else {}),
+            **({"routing": str(self.routing), **self.routing.to_json()} if self.model.experts else {}),
             **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
             **self.roof.cache_json(),
@@ -188,6 +190,7 @@ def _run(args: argparse.Namespace) -> int:
     check_train_flags(args)
     _check_calibration_use(args)
     model = get_model(args.model)
+    args.routing = routing_of(args, model)
     dev, dt, roof = roof_from_args(args)
     wdt = _weight_dtype(args, dt)
     kdt = dtype(args.kv_dtype) if args.kv_dtype else dt
@@ -266,7 +269,7 @@ def _sweep(job: _Job) -> int:
 
     decode = job.args.phase == "decode"
     runs = [job.analyse(b) for b in job.args.sweep_batch]
-    gemms = gemm_crossovers(job.model, job.roof, job.prec, job.args.routing)
+    gemms = gemm_crossovers(job.model, job.roof, job.prec, job.routing)
     step_batch, share = None, 1.0
     if decode:
         step_batch, share = compute_bound_batch(

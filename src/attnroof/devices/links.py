@@ -8,15 +8,27 @@ together (H100: "900 GB/s" = 450 GB/s each way); such a headline is halved once,
     scale-up    the fast domain: NVLink / NVSwitch, Infinity Fabric, ICI; ``domain`` devices
                 (8 on an HGX board, 72 in an NVL72 rack, a TPU slice)
     scale-out   between domains: the NICs of one device (e.g. one 400 Gb/s NIC = 50e9 B/s)
+    bridge      an NVLink bridge joining ``bridge_devices`` PCIe cards (a pair), used for a group
+                that lies within one bridged set (H100 NVL, A100 PCIe: 600 GB/s both ways)
     latency     a collective's fixed cost per call plus one per step (one hop between
                 neighbours), s: NCCL's own cost model (``src/graph/tuning.cc``) in its low-latency
                 ring protocol, which small messages (decode's all-reduces) take
+
+What the scale-up fabric can do beyond a ring (:func:`attnroof.ops.collectives.algorithms`):
+
+    scaleup_peer_access        every device loads and stores every peer's memory over the link
+                               (NVSwitch, a fully connected xGMI board): one-shot and two-shot
+                               all-reduce; a bridge always has it
+    scaleup_switch_reduction   the switch adds what the devices send (NVLink SHARP, NVSwitch 3
+                               and later): NVLS all-reduce
 
 A device file's links::
 
     [device.links]
     scaleup_bytes_per_s = 450e9
     scaleup_domain = 8
+    scaleup_peer_access = true
+    scaleup_switch_reduction = true
     scaleout_bytes_per_s = 50e9
     source = "..."
 
@@ -34,7 +46,7 @@ from typing import Any
 from attnroof.devices.checks import _check_figure, check_rate
 from attnroof.errors import DeviceFileError
 
-SCALE_UP, SCALE_OUT = "scale-up", "scale-out"
+SCALE_UP, SCALE_OUT, BRIDGE = "scale-up", "scale-out", "bridge"
 BASE_LATENCY_S = 3.6e-6
 """Fixed cost of one collective call: NCCL's ``baseLat`` for the ring with the LL protocol."""
 DEFAULT_SCALEUP_LATENCY_S = 0.47e-6
@@ -49,9 +61,15 @@ _FIELDS = {
     "scaleup_domain": "devices",
     "scaleup_latency_s": "s",
     "scaleup_name": "",
+    "scaleup_peer_access": "bool",
+    "scaleup_switch_reduction": "bool",
     "scaleout_bytes_per_s": "bytes/s",
     "scaleout_latency_s": "s",
     "scaleout_name": "",
+    "bridge_bytes_per_s": "bytes/s",
+    "bridge_devices": "devices",
+    "bridge_latency_s": "s",
+    "bridge_name": "",
     "source": "",
     "notes": "",
 }
@@ -68,6 +86,10 @@ class Link:
     name: str = ""
     base_latency_s: float = BASE_LATENCY_S
     """Per collective call."""
+    peer_access: bool = False
+    """Every device reaches every peer's memory: one-shot and two-shot all-reduce."""
+    switch_reduction: bool = False
+    """The switch reduces: NVLS all-reduce."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +101,16 @@ class Links:
     """Devices one scale-up domain joins; ``None``: unknown (every group is taken to fit)."""
     scaleup_latency_s: float | None = None
     scaleup_name: str = ""
+    scaleup_peer_access: bool = False
+    scaleup_switch_reduction: bool = False
     scaleout_bytes_per_s: float | None = None
     scaleout_latency_s: float | None = None
     scaleout_name: str = ""
+    bridge_bytes_per_s: float | None = None
+    bridge_devices: int = 2
+    """Devices one bridge (or set of bridges) joins: a pair of cards."""
+    bridge_latency_s: float | None = None
+    bridge_name: str = ""
     source: str = ""
     notes: str = ""
 
@@ -90,7 +119,14 @@ class Links:
         if self.scaleup_bytes_per_s is None:
             return None
         lat = DEFAULT_SCALEUP_LATENCY_S if self.scaleup_latency_s is None else self.scaleup_latency_s
-        return Link(SCALE_UP, self.scaleup_bytes_per_s, lat, self.scaleup_name)
+        return Link(
+            SCALE_UP,
+            self.scaleup_bytes_per_s,
+            lat,
+            self.scaleup_name,
+            peer_access=self.scaleup_peer_access,
+            switch_reduction=self.scaleup_switch_reduction,
+        )
 
     @property
     def scaleout(self) -> Link | None:
@@ -99,15 +135,40 @@ class Links:
         lat = DEFAULT_SCALEOUT_LATENCY_S if self.scaleout_latency_s is None else self.scaleout_latency_s
         return Link(SCALE_OUT, self.scaleout_bytes_per_s, lat, self.scaleout_name)
 
+    @property
+    def bridge(self) -> Link | None:
+        """The NVLink bridge of a set of ``bridge_devices`` cards: a direct link, so each card
+        reaches its peer's memory (one-shot and two-shot all-reduce); NVLink's step latency."""
+        if self.bridge_bytes_per_s is None:
+            return None
+        lat = DEFAULT_SCALEUP_LATENCY_S if self.bridge_latency_s is None else self.bridge_latency_s
+        return Link(BRIDGE, self.bridge_bytes_per_s, lat, self.bridge_name, peer_access=True)
+
+    def each(self) -> list[tuple[Link, int | None]]:
+        """Each link the device has, with the devices it joins: scale-up and its domain, the
+        bridge and the cards it joins, scale-out (None)."""
+        pairs = (
+            (self.scaleup, self.scaleup_domain),
+            (self.bridge, self.bridge_devices),
+            (self.scaleout, None),
+        )
+        return [(link, n) for link, n in pairs if link is not None]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "scaleup_bytes_per_s": self.scaleup_bytes_per_s,
             "scaleup_domain": self.scaleup_domain,
             "scaleup_latency_s": self.scaleup_latency_s,
             "scaleup_name": self.scaleup_name,
+            "scaleup_peer_access": self.scaleup_peer_access,
+            "scaleup_switch_reduction": self.scaleup_switch_reduction,
             "scaleout_bytes_per_s": self.scaleout_bytes_per_s,
             "scaleout_latency_s": self.scaleout_latency_s,
             "scaleout_name": self.scaleout_name,
+            "bridge_bytes_per_s": self.bridge_bytes_per_s,
+            "bridge_devices": self.bridge_devices,
+            "bridge_latency_s": self.bridge_latency_s,
+            "bridge_name": self.bridge_name,
             "source": self.source,
             "notes": self.notes,
         }
@@ -137,6 +198,10 @@ def links_from_record(record: Mapping[str, Any], at: str) -> Links:
                 if value > 1:
                     raise DeviceFileError(f"{what} = {value!r} s is implausibly large for a link latency")
                 values[key] = float(value)
+            elif unit == "bool":
+                if not isinstance(value, bool):
+                    raise DeviceFileError(f"{what} = {value!r} must be true or false")
+                values[key] = value
             elif unit == "devices":
                 if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1_000_000:
                     raise DeviceFileError(f"{what} = {value!r} must be a whole number of devices ≥ 1")

@@ -21,10 +21,9 @@ synchronize, before each; ``perf_counter`` around the call and a synchronize); t
 is the median over iterations after the warm-up. (nccl-tests times ``iters`` calls back to back
 and by default averages the ranks' means, ``-a 1``; ``-a 3`` takes their maximum.)
 
-The link roof: with a catalog device, ``bound_time_s`` is :meth:`Comm.time_s` on its scale-up
-or scale-out link (steps × latency + bytes per device / one-way bandwidth) and ``efficiency`` is
-bound / measured time. Nothing here measures a link's ceiling, so the catalog link is the only
-roof: ``catalog_bound_time_s`` and ``catalog_efficiency`` hold the same figures.
+The link roof: with a catalog device, ``bound_time_s`` is :meth:`Comm.on` its link (the fastest
+algorithm it allows, ``bound_algorithm``), ``efficiency`` bound / measured time. No link ceiling
+is measured here: the catalog link is the only roof (``catalog_bound_time_s``, ``catalog_efficiency``).
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ from attnroof.ops.collectives import (
     COLLECTIVE_FN,
     REDUCE_SCATTER,
     SEND_RECV,
+    fastest,
 )
 from attnroof.units import GiB, MiB
 
@@ -214,8 +214,8 @@ def collective_record(
         achieved_bytes_per_s=busbw,  # bytes each rank sends / time: the bus bandwidth
     )
     if link is not None:
-        bound = comm.on(link)
-        rec.update(bound_time_s=bound, efficiency=bound / time_s)
+        best, bound = fastest(comm, link)
+        rec.update(bound_time_s=float(bound), efficiency=bound / time_s, bound_algorithm=best.algorithm)
         rec.update(catalog_bound_time_s=bound, catalog_efficiency=bound / time_s)
     return rec
 

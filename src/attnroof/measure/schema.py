@@ -76,7 +76,7 @@ FIGURES = (
     "algbw_bytes_per_s", "busbw_bytes_per_s", "link_bytes_per_s",
 )  # fmt: skip
 """Figures that are finite and not negative, or null."""
-TEXTS = ("device", "reason", "timestamp", "timing", "skipped", "ncu_cache_control", "link")
+TEXTS = ("device", "reason", "timestamp", "timing", "skipped", "ncu_cache_control", "link", "bound_algorithm")
 """Fields that are strings, or null."""
 MODELS = ("fused", "unfused", "unfused, mask pass")
 """The cost a point is placed against; the third is causal eager attention (every score, then a

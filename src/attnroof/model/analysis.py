@@ -24,10 +24,11 @@ from attnroof.model.layers import DECODE, PREFILL, Precision
 from attnroof.model.memory import Memory, memory
 from attnroof.model.notes import step_notes
 from attnroof.model.spec import ModelConfig
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import FEWEST, UNIFORM, Routing, as_routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof, place
+from attnroof.units import duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,10 @@ class Totals:
     """Prefill: lower bound on the time to first token."""
     resident_bytes: float = 0.0
     """Of ``bytes``, those charged at the last-level cache's bandwidth."""
+    any_routing_time_s: float | None = None
+    """A mixture of experts: the step with the fewest experts a batch can touch (its top-k, every
+    token sending to the same ones: :data:`~attnroof.ops.routing.FEWEST`), the bound whatever
+    the router does; ``time_s`` is at the routing asked for. None for a dense model."""
 
     @property
     def limiter(self) -> str:
@@ -135,6 +140,7 @@ class Totals:
             "memory_bound_share": self.memory_bound_share,
             "limiter": self.limiter,
             "resident_bytes": self.resident_bytes,
+            **({} if self.any_routing_time_s is None else {"any_routing_time_s": self.any_routing_time_s}),
         }
 
 
@@ -166,7 +172,7 @@ def analyse(
     capacity_bytes: float | None = None,
     fused: bool = True,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     latent_form: str = ABSORBED,
 ) -> ModelAnalysis:
     """Place every operator of one ``phase`` step of ``model`` on ``roof`` and add them up.
@@ -180,12 +186,20 @@ def analyse(
     KV cache) / 4.8 TB/s.
     """
     p = prec or Precision()
-    ops = model_ops(
-        model, phase, batch, context, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element,
-        routing=routing, latent_form=latent_form,
-    )  # fmt: skip
-    results = tuple(place_op(op, roof) for op in ops)
+
+    def placed(routing: Routing | str) -> tuple[OpResult, ...]:
+        ops = model_ops(
+            model, phase, batch, context, p, fused=fused, softmax_flops_per_element=softmax_flops_per_element,
+            routing=routing, latent_form=latent_form,
+        )  # fmt: skip
+        return tuple(place_op(op, roof) for op in ops)
+
+    results = placed(routing)
     time = sum(r.count * r.time_s for r in results)
+    floor = None
+    if model.experts is not None:  # the bound over every routing: the top-k experts alone
+        fewest = results if as_routing(routing) == FEWEST else placed(FEWEST)
+        floor = sum(r.count * r.time_s for r in fewest)
     totals = Totals(
         flops=sum(r.count * r.flops for r in results),
         bytes=sum(r.count * r.bytes for r in results),
@@ -195,7 +209,22 @@ def analyse(
         tokens_per_s=batch / time if phase == DECODE else None,
         ttft_s=time if phase == PREFILL else None,
         resident_bytes=sum(r.count * r.resident_bytes for r in results),
+        any_routing_time_s=floor,
     )
     mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused, routing=routing)
     notes = step_notes(model, phase, batch, context, p, routing=routing, latent_form=latent_form)
+    if floor is not None and floor < time:
+        notes += (any_routing_note(model, floor, time, routing),)
     return ModelAnalysis(model, phase, batch, context, fused, roof, results, totals, mem, notes)
+
+
+def any_routing_note(model: ModelConfig, floor: float, time: float, routing: Routing | str) -> str:
+    """The step at the fewest experts beside the step at ``routing``: how far a router that
+    concentrates its tokens could take it below the figures shown."""
+    ex = model.experts
+    assert ex is not None
+    return (
+        f"any routing: with the fewest experts a batch can touch ({ex.top_k} of {ex.experts} a layer, every token "
+        f"to the same ones) the step is ≥ {duration(floor)}, {floor / time:.2f}× the {duration(time)} above at "
+        f"{as_routing(routing).words}"
+    )

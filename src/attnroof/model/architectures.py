@@ -7,7 +7,9 @@ reads it, field by field, and refused in one line when malformed.
   (``num_experts_per_tok``, ``experts_per_token``), each a gated MLP of ``moe_intermediate_size``
   (else ``intermediate_size``); shared experts (``n_shared_experts`` of that width, or one of
   ``shared_expert_intermediate_size``); dense layers first (``first_k_dense_replace``) or listed
-  (``mlp_only_layers``, ``decoder_sparse_step``).
+  (``mlp_only_layers``, ``decoder_sparse_step``); group-limited routing (``n_group`` groups of
+  contiguous experts, each token's top-k from its ``topk_group`` best: DeepSeek-V2/V3, whose
+  ``topk_method`` "greedy" ignores the groups).
 - **Latent attention** (DeepSeek-V2/V3): ``kv_lora_rank``, ``q_lora_rank`` (null: a plain Q
   projection), ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``.
 - **Windows**: ``layer_types`` when present; else Gemma-2's alternation (even layers local), a
@@ -55,13 +57,21 @@ class Experts:
     buffer, not a parameter (as transformers counts it), and is left out."""
     shared_gate: bool = False
     """Qwen2-MoE's sigmoid gate on the shared expert (a Linear(hidden, 1))."""
+    groups: int = 1
+    """``n_group``: the experts in that many groups of E/groups contiguous experts."""
+    groups_per_token: int = 0
+    """``topk_group``: each token's top-k are chosen from its best groups, that many of them
+    (transformers' ``DeepseekV3TopkRouter.get_topk_indices``); 0: no limit. DeepSeek-V3 lays a
+    group on a node, so a token reaches at most 4 nodes."""
 
     def to_json(self) -> dict[str, Any]:
+        limited = {"expert_groups": self.groups, "groups_per_token": self.groups_per_token}
         return {
             "experts": self.experts,
             "top_k": self.top_k,
             "expert_width": self.width,
             "shared_width": self.shared_width,
+            **(limited if self.groups_per_token else {}),
         }
 
 
@@ -103,6 +113,9 @@ class LayerKind:
     hybrid's config says otherwise (issue 23)."""
     mlp: bool = field(default=True, repr=False)
     """Whether the layer has an MLP (Nemotron-H's Mamba and attention blocks have none)."""
+    rope: bool = field(default=True, repr=False)
+    """Whether its attention applies the model's rotary embedding: False for a NoPE layer
+    (``no_rope_layers`` 0: Llama 4's global layers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +176,7 @@ def read_experts(cfg: Mapping[str, Any], where: str, model_type: str, intermedia
     shared = read_int(cfg, "n_shared_experts", where, 0, zero=True) * width
     qwen_shared = read_int(cfg, "shared_expert_intermediate_size", where, 0, zero=True)
     bias = model_type in EXPERT_BIAS_TYPES
+    groups, per_token = _expert_groups(cfg, where, experts, top_k)
     return Experts(
         experts=experts,
         top_k=top_k,
@@ -171,7 +185,28 @@ def read_experts(cfg: Mapping[str, Any], where: str, model_type: str, intermedia
         bias=bias,
         router_bias=experts if bias else 0,
         shared_gate=qwen_shared > 0,
+        groups=groups,
+        groups_per_token=per_token,
     )
+
+
+def _expert_groups(cfg: Mapping[str, Any], where: str, experts: int, top_k: int) -> tuple[int, int]:
+    """``n_group`` and ``topk_group``: (groups, groups a token may choose from; 0 when that is no
+    limit: all of them, one group, or ``topk_method`` "greedy", which routes without groups)."""
+    groups = read_int(cfg, "n_group", where, 1)
+    if experts % groups:
+        raise ModelConfigError(f"{where}: n_group = {groups} does not divide the {experts} experts")
+    per_token = read_int(cfg, "topk_group", where, groups)
+    if per_token > groups:
+        raise ModelConfigError(f"{where}: topk_group = {per_token} exceeds n_group = {groups}")
+    if per_token * (experts // groups) < top_k:
+        raise ModelConfigError(
+            f"{where}: topk_group = {per_token} groups of {experts // groups} experts hold fewer than the "
+            f"{top_k} experts a token picks"
+        )
+    if per_token == groups or cfg.get("topk_method") == "greedy":
+        return groups, 0
+    return groups, per_token
 
 
 def moe_layers(cfg: Mapping[str, Any], where: str, layers: int, experts: Experts | None) -> tuple[bool, ...]:
@@ -250,3 +285,66 @@ def layer_windows(cfg: Mapping[str, Any], where: str, layers: int, model_type: s
         first = read_int(cfg, "max_window_layers", where, 0, zero=True)
         return tuple(window if i >= first else None for i in range(layers))
     return (window,) * layers
+
+
+POSITION_TYPES = {"rope": True, "rotary": True, "nope": False, "none": False, "alibi": False}
+"""``position_embedding_type``: whether attention rotates q and k (Granite 4.0-H says "nope";
+ALiBi's bias is added to the scores, not counted)."""
+
+
+def rope_layers(cfg: Mapping[str, Any], where: str, layers: int, default: Any = None) -> tuple[bool, ...]:
+    """For each layer, whether it applies rotary embedding: ``no_rope_layers`` (transformers'
+    Llama 4 and SmolLM3 name, 1 where a layer *does* use RoPE, 0 for a NoPE layer), else
+    ``default(i)`` (Llama 4: every 4th layer NoPE), else all.
+
+    >>> rope_layers({"no_rope_layers": [1, 1, 0]}, "c", 3)
+    (True, True, False)
+    """
+    nope = cfg.get("no_rope_layers")
+    if nope is None:
+        return tuple(bool(default(i)) if default else True for i in range(layers))
+    if (
+        not isinstance(nope, list)
+        or len(nope) != layers
+        or any(v not in (0, 1) or isinstance(v, float) for v in nope)
+    ):
+        raise ModelConfigError(f"{where}: no_rope_layers = {show(nope)} is not {layers} zeros and ones")
+    return tuple(v == 1 for v in nope)
+
+
+def read_rotary_dim(cfg: Mapping[str, Any], where: str, head_dim: int, latent: Latent | None) -> int:
+    """The dims of each head that RoPE turns (0: none): the head, or its share under
+    ``partial_rotary_factor`` (GPT-NeoX's ``rotary_pct``; transformers rounds head_dim × factor
+    down) or ``rotary_dim`` (GPT-J); latent attention's ``qk_rope_head_dim``. None at all where
+    ``position_embedding_type`` says "nope" (or ALiBi).
+
+    >>> read_rotary_dim({"partial_rotary_factor": 0.25}, "c", 256, None)   # Qwen3-Next
+    64
+    """
+    kind = cfg.get("position_embedding_type")
+    if kind is not None:
+        if not isinstance(kind, str) or kind.lower() not in POSITION_TYPES:
+            raise ModelConfigError(
+                f"{where}: position_embedding_type = {show(kind)} is not modelled (known: {', '.join(POSITION_TYPES)})"
+            )
+        if not POSITION_TYPES[kind.lower()]:
+            return 0
+    if latent is not None:
+        return latent.qk_rope_head_dim
+    key = next((k for k in ("partial_rotary_factor", "rotary_pct") if cfg.get(k) is not None), None)
+    if key is not None:
+        factor = cfg[key]
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+            raise ModelConfigError(
+                f"{where}: {key} = {show(factor)} is not a share of the head, above 0 and at most 1"
+            )
+        dims, what = int(head_dim * factor), f"{key} = {factor:g} of head_dim {head_dim}"
+    elif cfg.get("rotary_dim") is not None:
+        dims, what = read_int(cfg, "rotary_dim", where), "rotary_dim"
+        if dims > head_dim:
+            raise ModelConfigError(f"{where}: rotary_dim = {dims} exceeds head_dim = {head_dim}")
+    else:
+        return head_dim
+    if dims == 0 or dims % 2:
+        raise ModelConfigError(f"{where}: {what} is {dims} dims, not a whole number of rotated pairs")
+    return dims

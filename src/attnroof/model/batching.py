@@ -17,7 +17,7 @@ from attnroof.model.analysis import ModelAnalysis, analyse
 from attnroof.model.layers import DECODE, Precision, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import operator, rule
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.roofline import Roof
 
 MAX_BATCH_SEARCHED = 2**24
@@ -45,7 +45,7 @@ class GemmCrossover:
 
 
 def gemm_crossovers(
-    model: ModelConfig, roof: Roof, prec: Precision, routing: str = UNIFORM
+    model: ModelConfig, roof: Roof, prec: Precision, routing: Routing | str = UNIFORM
 ) -> list[GemmCrossover]:
     """Per GEMM, the batch (tokens through it in decode) from which it is compute-bound, solved
     exactly on the operator table's ``linear`` formula; then each expert GEMM's (by bisection)."""
@@ -71,7 +71,7 @@ def _dense(name: str, k: int, m: int, roof: Roof, itemsize: float, weight_itemsi
 
 
 def expert_crossovers(
-    model: ModelConfig, roof: Roof, prec: Precision, routing: str = UNIFORM
+    model: ModelConfig, roof: Roof, prec: Precision, routing: Routing | str = UNIFORM
 ) -> list[GemmCrossover]:
     """Per expert GEMM, the smallest decode batch at which it reaches the ridge. Its intensity,
     2·n·k·K·M / (E_touched(n)·K·M·w + n·k·(K + M)·a), rises with n (E_touched is concave), so the

@@ -29,6 +29,7 @@ from typing import Any
 
 from attnroof import arrays
 from attnroof.devices.links import Link, Links
+from attnroof.model.architectures import Experts
 from attnroof.model.layers import EMBEDDING, HEAD, LAYER, MOE, Step, layer_table, mlp_row_kind
 from attnroof.model.parallel import Plan, Shard, group_link, local_members
 from attnroof.model.schedules import schedule
@@ -64,12 +65,14 @@ class CommOp:
     """Training: one of the data-parallel sync's, what the sharding policy sends
     (:mod:`attnroof.model.sharding`)."""
     time_s: Any = field(init=False, repr=False, compare=False)
-    """One run's time on its link (:meth:`Comm.on`), worked out once: a float, or an array for
-    a collective of an array of sizes (the serving engine's tables)."""
+    """One run's time on its link under the fastest algorithm the link allows
+    (:func:`attnroof.ops.collectives.fastest`, which also replaces ``comm`` by that algorithm's),
+    worked out once: a float, or an array for a collective of an array of sizes (the serving
+    engine's tables, a search's)."""
 
     def __post_init__(self) -> None:
-        link = self.link
-        t = self.comm.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s)
+        comm, t = coll.fastest(self.comm, self.link)
+        object.__setattr__(self, "comm", comm)
         object.__setattr__(self, "time_s", float(t) if arrays.is_scalar(t) else t)
 
     def to_json(self) -> dict[str, Any]:
@@ -87,6 +90,7 @@ class CommOp:
             "total_time_s": self.count * self.time_s,
             "layer_kind": self.layer_kind,
             "operator": self.comm.collective,
+            "algorithm": self.comm.algorithm,
             **({"pass": self.pass_name} if self.pass_name else {}),
         }
 
@@ -125,6 +129,11 @@ def expert_exchange(
                                                                 device receives, then sends, F ×)
         EP all-to-all of ``routed`` over ep devices etp apart: inside a scale-up domain, or split
                       by destination, (local − 1)/ep on scale-up and (ep − local)/ep on scale-out
+        node-limited  a group-limited router (DeepSeek-V3: ``topk_group`` of ``n_group``) whose
+                      EP group spans N = ep/local nodes: each token crosses to at most m of them
+                      once (:func:`nodes_per_token`), then NVLink forwards it to its experts'
+                      devices there (DeepSeek-V3 §3.2.2): scale-out carries routed · m/k ·
+                      (N − 1)/N, scale-up routed · (local − 1)/local
         ETP all-gather and reduce-scatter of etp · routed over etp adjacent devices
 
     The TP group's all-reduce of the MoE block's output stays as for a dense MLP
@@ -148,6 +157,10 @@ def expert_exchange(
                 out.append(CommOp(coll.all_to_all(routed, ep, name=name), moe, link, kind, pass_name))
                 continue
             inside, across = coll.all_to_all_split(routed, ep, local, name=name)
+            nodes = nodes_per_token(model.experts, ep, local)
+            if nodes is not None:  # once per node over scale-out, then forwarded inside the node
+                inside = coll.all_to_all_split(routed * ep / local, ep, local, name=name)[0]
+                across = coll.all_to_all_split(routed * nodes / model.experts.top_k, ep, local, name=name)[1]
             if local > 1:
                 out.append(CommOp(inside, moe, group_link(links, local, e, f"--ep {ep}"), kind, pass_name))
             out.append(CommOp(across, moe, group_link(links, ep, e, f"--ep {ep}"), kind, pass_name))
@@ -164,6 +177,27 @@ def expert_exchange(
             ),
         ]
     return out
+
+
+def nodes_per_token(experts: Experts, ep: int, local: int) -> int | None:
+    """The most nodes one token's experts sit on under group-limited routing, its experts E/ep a
+    device in order and ``local`` devices a node: min(k, nodes, topk_group × the most nodes one
+    group's experts span). None where the router is not group-limited or the EP group is one node
+    (or the layout is irregular): then each token-expert pair is sent on its own, as Megatron-LM's
+    dispatcher sends it.
+
+    >>> from attnroof.model.config import builtin
+    >>> ex = builtin("deepseek-v3").experts        # 8 groups of 32, 4 a token, top-8
+    >>> nodes_per_token(ex, 64, 8), nodes_per_token(ex, 16, 8), nodes_per_token(ex, 8, 8)
+    (4, 2, None)
+    """
+    if not experts.groups_per_token or local >= ep or ep % local:
+        return None
+    nodes = ep // local
+    per_node = experts.experts // nodes  # contiguous: node j holds experts [j·per_node, (j+1)·per_node)
+    size = experts.experts // experts.groups
+    span = max((g * size + size - 1) // per_node - g * size // per_node + 1 for g in range(experts.groups))
+    return min(experts.top_k, nodes, experts.groups_per_token * span)
 
 
 def stage_send(

@@ -16,7 +16,7 @@ from attnroof.cost import Cost, Num
 from attnroof.model.layers import LAYER, Precision, Step, layer_table, weight_bytes
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import is_attention, rule
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import Roof, step_resident
@@ -69,7 +69,7 @@ def model_ops(
     *,
     fused: bool = True,
     softmax_flops_per_element: Num = SOFTMAX_FLOPS_PER_ELEMENT,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     latent_form: str = ABSORBED,
     shard: Shard | None = None,
 ) -> list[Op]:

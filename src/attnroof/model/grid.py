@@ -17,7 +17,7 @@ from attnroof.model.costs import model_ops
 from attnroof.model.layers import DECODE, Precision, weight_bytes
 from attnroof.model.memory import activation_bytes, kv_cache_bytes_per_sequence
 from attnroof.model.spec import ModelConfig
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof, place
@@ -53,7 +53,7 @@ def grid(
     capacity_bytes: float | None = None,
     fused: bool = True,
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     latent_form: str = ABSORBED,
 ) -> Grid:
     """``model``'s ``phase`` step at every batch × context, from one pass over its layer table.

@@ -17,6 +17,8 @@ from attnroof.model.architectures import (
     moe_layers,
     read_experts,
     read_latent,
+    read_rotary_dim,
+    rope_layers,
 )
 from attnroof.model.fields import MAX_LAYERS, ModelConfigError, read_bool, read_int, read_str, show
 from attnroof.model.quantization import read_quantization
@@ -38,10 +40,13 @@ class Family:
     """QK-norm: "" none, :data:`QK_NORM_HEAD` or :data:`QK_NORM_WIDTH`."""
     sinks: bool = False
     """Attention sinks: one learned logit per head that every query also attends to."""
+    rope: bool = True
+    """Attention rotates q and k (RoPE), unless the config says otherwise; GPT-2 learns its
+    positions instead."""
 
 
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family("GPT-2: LayerNorm, GELU MLP (4 × hidden), learned positions, tied head", gated=False, tied=True),
+    "gpt2": Family("GPT-2: LayerNorm, GELU MLP (4 × hidden), learned positions, tied head", gated=False, tied=True, rope=False),
     "llama": Family("Llama: RMSNorm, SwiGLU MLP, rotary positions, untied head"),
     "mistral": Family("Mistral: Llama's layer, a sliding window on every layer"),
     "mixtral": Family("Mixtral: Mistral's layer with SwiGLU experts"),
@@ -142,7 +147,10 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
     windows = layer_windows(cfg, where, layers, model_type)
     experts = read_experts(cfg, where, model_type, intermediate)
     moe = moe_layers(cfg, where, layers, experts)
-    runs = LayerRuns.of(LayerKind(w, e) for w, e in zip(windows, moe, strict=True))
+    latent = read_latent(cfg, where)
+    rotary = 0 if gpt2 or (family and not family.rope) else read_rotary_dim(cfg, where, head_dim, latent)
+    rope = rope_layers(cfg, where, layers)
+    runs = LayerRuns.of(LayerKind(w, e, rope=r) for w, e, r in zip(windows, moe, rope, strict=True))
     sliding = max((w for w in windows if w is not None), default=None)
     return ModelConfig(
         name=name or model_type or "model",
@@ -164,7 +172,8 @@ def from_hf(cfg: Mapping[str, Any], name: str = "", where: str = "config") -> Mo
         max_positions=max_positions,
         layer_runs=runs,
         experts=experts,
-        latent=read_latent(cfg, where),
+        latent=latent,
+        rotary_dim=rotary,
         activation="gelu" if act.startswith("gelu") else "silu",
         norms_per_layer=family.norms_per_layer if family else 2,
         qk_norm=family.qk_norm if family else "",

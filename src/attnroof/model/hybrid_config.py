@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from attnroof.model.architectures import LayerKind, LayerRuns
+from attnroof.model.architectures import LayerKind, LayerRuns, rope_layers
 from attnroof.model.fields import MAX_LAYERS, ModelConfigError, read_bool, read_int, show
 from attnroof.model.hf_config import from_hf
 from attnroof.model.hybrid import (
@@ -57,6 +57,8 @@ from attnroof.model.spec import ModelConfig
 INFINITE_FIELDS = frozenset({"time_step_limit"})
 """Fields whose values may be infinite: Mamba-2's clamp on Δ, ``[0.0, inf]`` meaning none."""
 
+LLAMA4_NOPE_INTERVAL = 4
+"""transformers' ``Llama4TextConfig``: without ``no_rope_layers``, every 4th layer is NoPE."""
 QWEN3_NEXT_INTERVAL = 4
 """transformers' ``Qwen3NextConfig``: without ``layer_types``, every 4th layer is full attention."""
 MAMBA_DT_RANK_DIVISOR = 16
@@ -226,7 +228,8 @@ def _nemotron_h(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
     )  # fmt: skip
     runs = [LayerKind(None, False, NEMOTRON_BLOCKS[c][0], NEMOTRON_BLOCKS[c][1]) for c in pattern]
     label = "ReLU²" if act == "relu2" else act
-    return replace(model, layer_runs=_runs(runs), mixers=Mixers(mamba2=mamba, mlp_label=label))
+    # NemotronHAttention applies no rotary embedding (transformers' modeling_nemotron_h.py): NoPE
+    return replace(model, layer_runs=_runs(runs), mixers=Mixers(mamba2=mamba, mlp_label=label), rotary_dim=0)
 
 
 def _granite_hybrid(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
@@ -248,7 +251,11 @@ def _granite_hybrid(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfi
     runs = [
         LayerKind(None, e, MAMBA2 if k == "mamba" else ATTENTION) for k, e in zip(kinds, moe, strict=True)
     ]
-    return replace(model, experts=experts, layer_runs=_runs(runs), mixers=Mixers(mamba2=mamba))
+    # GraniteMoeHybridAttention rotates only when position_embedding_type is "rope" (None by default)
+    rotary = model.rotary_dim if cfg.get("position_embedding_type") is not None else 0
+    return replace(
+        model, experts=experts, layer_runs=_runs(runs), mixers=Mixers(mamba2=mamba), rotary_dim=rotary
+    )
 
 
 def _jamba(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
@@ -279,7 +286,8 @@ def _jamba(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
         LayerKind(None, experts and i % e_period == e_offset, ATTENTION if i % period == offset else MAMBA1)
         for i in range(model.layers)
     ]
-    return replace(model, layer_runs=_runs(runs), mixers=Mixers(mamba1=mamba))
+    # JambaAttention has no positional embedding: the Mamba layers carry the order (NoPE)
+    return replace(model, layer_runs=_runs(runs), mixers=Mixers(mamba1=mamba), rotary_dim=0)
 
 
 def _falcon_h1(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
@@ -312,14 +320,11 @@ def _llama4(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
     layers = model.layers
     chunk = read_int(cfg, "attention_chunk_size", where, None)
     kinds = _types(cfg, where, layers, ("chunked_attention", "full_attention"))
+    # transformers' Llama4TextConfig: no_rope_layers[i] = 1 where layer i uses RoPE; by default
+    # every 4th layer is NoPE, and (attention_chunk_size given) the RoPE layers are the chunked ones
+    rope = rope_layers(cfg, where, layers, default=lambda i: (i + 1) % LLAMA4_NOPE_INTERVAL)
     if kinds is None:
-        nope = cfg.get("no_rope_layers")
-        if nope is not None and (
-            not isinstance(nope, list) or len(nope) != layers or any(v not in (0, 1) for v in nope)
-        ):
-            raise ModelConfigError(f"{where}: no_rope_layers = {show(nope)} is not {layers} zeros and ones")
-        nope = nope or [int((i + 1) % 4 != 0) for i in range(layers)]
-        kinds = ["chunked_attention" if v and chunk else "full_attention" for v in nope]
+        kinds = ["chunked_attention" if r and chunk else "full_attention" for r in rope]
     if "chunked_attention" in kinds and chunk is None:
         raise ModelConfigError(
             f"{where}: layer_types has chunked_attention layers but no attention_chunk_size"
@@ -339,8 +344,8 @@ def _llama4(cfg: Mapping[str, Any], name: str, where: str) -> ModelConfig:
         experts = replace(experts, shared_width=experts.width)
     moe = [m and experts is not None for m in moe]
     runs = [
-        LayerKind(None, e, CHUNKED if k == "chunked_attention" else ATTENTION)
-        for k, e in zip(kinds, moe, strict=True)
+        LayerKind(None, e, CHUNKED if k == "chunked_attention" else ATTENTION, rope=r)
+        for k, e, r in zip(kinds, moe, rope, strict=True)
     ]
     return replace(
         model, intermediate=dense or model.intermediate, experts=experts, layer_runs=_runs(runs),

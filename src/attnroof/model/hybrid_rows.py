@@ -26,10 +26,18 @@ from dataclasses import replace
 
 from attnroof.model.architectures import LayerKind
 from attnroof.model.hybrid import ATTENTION, CHUNKED, LINEAR, MAMBA1, MAMBA2, NO_MIXER, PARALLEL
-from attnroof.model.rows import _attention_rows, _expert_rows, _latent_rows, _linear, _mlp_rows, _norm
+from attnroof.model.rows import (
+    _attention_rows,
+    _expert_rows,
+    _latent_rows,
+    _linear,
+    _mlp_rows,
+    _norm,
+    rotary_row,
+)
 from attnroof.model.spec import ModelConfig
 from attnroof.ops.sparse import FP8_BYTES, index_key_bytes
-from attnroof.row import COLUMN, HEADS, LAYER, ROW, OpInstance
+from attnroof.row import COLUMN, HEADS, LAYER, REPLICATED, ROW, OpInstance
 
 MIXER_KINDS = {
     ATTENTION: "attention layer",
@@ -92,8 +100,8 @@ def _softmax_rows(m: ModelConfig, kind: LayerKind, where: str) -> list[OpInstanc
     mx = m.mixers
     assert mx is not None
     if m.latent is not None:
-        return _sparse_rows(m, where) if mx.indexer is not None else _latent_rows(m)
-    out = _attention_rows(m, kind.window, where, False)
+        return _sparse_rows(m, where) if mx.indexer is not None else _latent_rows(m, rope=kind.rope)
+    out = _attention_rows(m, kind.window, where, False, rope=kind.rope)
     if mx.gated_attention:  # q_proj holds the queries and their output gate
         out = [
             _linear("QKV projection", m.hidden, 2 * m.q_width + 2 * m.kv_width, m.qkv_bias, split=COLUMN)
@@ -125,6 +133,8 @@ def _sparse_rows(m: ModelConfig, where: str) -> list[OpInstance]:
         _linear("indexer K projection", m.hidden, ix.head_dim, False),
         replace(_norm(m, "indexer K norm", ix.head_dim), shape={"width": ix.head_dim, "kind": "layer",
                 "scale_width": ix.head_dim}, params=2 * ix.head_dim, params_read=2 * ix.head_dim),
+        # its q and k rotate their first qk_rope_head_dim dims (DeepSeek's inference/model.py, Indexer)
+        *(replace(r, split=REPLICATED) for r in rotary_row(m, ix.heads, 1, ix.head_dim, "indexer rotary embedding")),
         _linear("indexer weights", m.hidden, ix.heads, False),
     ]  # fmt: skip
     out: list[OpInstance] = []

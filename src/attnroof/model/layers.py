@@ -7,6 +7,8 @@ step runs, each with its shape, how many times a step runs it, and the kind of l
     QKV projection        linear             hidden → q + 2·kv width                  (latent: Q and KV
                                                                                         down/up-projections)
     QK norm               norm               q and k, per head (Qwen3, Gemma 3) or whole (OLMoE)
+    rotary embedding      rotary             q and kv heads × rotated dims (RoPE models; latent:
+                                               heads × ρ and one shared key)
     KV-cache write        copy               2·kv width (latent: r + ρ) per token
     attention             attention          head_dim, group, kv_heads, window        per window kind
                           latent attention   heads, r, ρ, nope, v
@@ -175,7 +177,9 @@ def _layer_table(model: ModelConfig, first: int = 0, stop: int | None = None) ->
         attn_kind = (LOCAL if kind.window is not None else GLOBAL) if mixed_windows else LAYER
         mlp_kind = mlp_row_kind(model, kind)
         if model.mixers is None:
-            built = rows.layer_rows(model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows)
+            built = rows.layer_rows(
+                model, kind.window, kind.moe, attn_kind, mlp_kind, named=mixed_windows, rope=kind.rope
+            )
         else:  # a hybrid's layer (issue 23)
             built = hybrid_rows.layer_rows(model, kind, mlp_kind, mixed=mixed_mixers)
         for row in built:

@@ -27,7 +27,7 @@ from attnroof.cost import Num
 from attnroof.model.layers import PREFILL, Precision, Step, layer_table, weight_bytes
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import is_attention, rule
-from attnroof.ops.experts import UNIFORM, touched_experts
+from attnroof.ops.experts import UNIFORM, Routing, touched_experts
 
 if TYPE_CHECKING:
     from attnroof.model.parallel import Shard
@@ -54,7 +54,7 @@ def weights_read(
     phase: str,
     batch: Num,
     context: Num,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     shard: Shard | None = None,
     prec: Precision | None = None,
 ) -> Num:
@@ -254,7 +254,7 @@ def memory(
     capacity_bytes: float | None,
     *,
     fused: bool = True,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     shard: Shard | None = None,
 ) -> Memory:
     """Weights, KV cache and activations of ``batch`` sequences at ``context`` tokens.

@@ -11,7 +11,7 @@ from attnroof.model.layers import DECODE, Precision, layer_table
 from attnroof.model.spec import ModelConfig
 from attnroof.model.weights import weights_by_format
 from attnroof.ops.attention import causal_band, causal_half
-from attnroof.ops.experts import ALL, touched_experts
+from attnroof.ops.experts import Routing, as_routing, touched_experts
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.units import si
 
@@ -26,7 +26,7 @@ def step_notes(
     context: int,
     prec: Precision,
     *,
-    routing: str,
+    routing: Routing | str,
     latent_form: str,
 ) -> tuple[str, ...]:
     m = model
@@ -143,17 +143,21 @@ def _stored_note(m: ModelConfig, prec: Precision) -> str:
     )
 
 
-def _experts_note(m: ModelConfig, phase: str, batch: int, context: int, routing: str) -> str:
+def _experts_note(m: ModelConfig, phase: str, batch: int, context: int, routing: Routing | str) -> str:
     ex = m.experts
     assert ex is not None
+    r = as_routing(routing)
     tokens = batch if phase == DECODE else batch * context
-    touched = touched_experts(tokens, ex.experts, ex.top_k, routing)
-    how = "every expert read (--routing all)" if routing == ALL else "uniform routing"
+    touched = touched_experts(tokens, ex.experts, ex.top_k, r)
     ratio = ex.experts / ex.top_k
+    busiest = ""
+    if r.counts:
+        e, over = r.busiest_expert()
+        busiest = f"; the trace's busiest expert, {e}, takes {over:.2f}× the mean expert's tokens"
     return (
         f"experts: {ex.top_k} of {ex.experts} per token; {tokens} token{'s touch' if tokens != 1 else ' touches'} "
-        f"{touched:.1f} of {ex.experts} per layer ({how}), {tokens * ex.top_k / touched:.1f} tokens each; expert GEMMs need "
-        f"E/k = {ratio:g}× the batch of a dense layer to reach the ridge"
+        f"{touched:.1f} of {ex.experts} per layer ({r.words}), {tokens * ex.top_k / touched:.1f} tokens each; expert GEMMs need "
+        f"E/k = {ratio:g}× the batch of a dense layer to reach the ridge{busiest}"
     )
 
 

@@ -319,9 +319,13 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
 
 
 def group_link(links: Links, n: int, stride: int, what: str) -> Link:
-    """The link a group of ``n`` devices ``stride`` apart communicates over: scale-up when
-    ``stride · n`` devices fit in one scale-up domain (or the domain is unknown), else
-    scale-out. :class:`InputError` when the device has no such figure."""
+    """The link a group of ``n`` devices ``stride`` apart communicates over: the NVLink bridge
+    when the ``stride · n`` devices it spans are one bridged set (a pair of cards), scale-up
+    when they fit in one scale-up domain (or the domain is unknown), else scale-out.
+    :class:`InputError` when the device has no such figure (tests/test_collectives.py: a bridge)."""
+    bridge = links.bridge
+    if bridge is not None and stride * n <= links.bridge_devices:
+        return bridge
     domain = links.scaleup_domain
     if domain is None or stride * n <= domain:
         if links.scaleup is None:

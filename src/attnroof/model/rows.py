@@ -75,13 +75,24 @@ def head_rows(model: ModelConfig) -> list[OpInstance]:
 
 
 def layer_rows(
-    model: ModelConfig, window: int | None, moe: bool, attn_kind: str, mlp_kind: str, *, named: bool
+    model: ModelConfig,
+    window: int | None,
+    moe: bool,
+    attn_kind: str,
+    mlp_kind: str,
+    *,
+    named: bool,
+    rope: bool = True,
 ) -> list[OpInstance]:
     """One layer: the attention block, then its MLP (dense or experts). ``named``: the layers'
-    windows differ, so the attention row says which it is."""
+    windows differ, so the attention row says which it is; ``rope``: its attention applies the
+    model's rotary embedding (False: a NoPE layer)."""
     m = model
     rows = [_norm(m, "attention norm", m.hidden)]
-    rows += _latent_rows(m) if m.latent is not None else _attention_rows(m, window, attn_kind, named)
+    if m.latent is not None:
+        rows += _latent_rows(m, rope=rope)
+    else:
+        rows += _attention_rows(m, window, attn_kind, named, rope=rope)
     if m.norms_per_layer == 4:
         rows.append(_norm(m, "post-attention norm", m.hidden))
     rows.append(
@@ -95,12 +106,30 @@ def layer_rows(
     return rows
 
 
-def _attention_rows(m: ModelConfig, window: int | None, kind: str, named: bool) -> list[OpInstance]:
+def rotary_row(
+    m: ModelConfig, q_heads: int, k_heads: int, head_dim: int, name: str = "rotary embedding"
+) -> list[OpInstance]:
+    """RoPE on each token's queries and keys, before the keys are cached (none for a model
+    without it): ``rotary_dim`` of the ``head_dim`` of each head turned (a partial rotary says
+    how many)."""
+    r = m.rotary_dim
+    if not r:
+        return []
+    label = name if r == head_dim else f"{name} ({r} of {head_dim} dims)"
+    shape = {"q_heads": q_heads, "k_heads": k_heads, "rotated": r}
+    return [OpInstance(label, "rotary", 1, LAYER, shape, kernel="rotary embedding", split=HEADS)]
+
+
+def _attention_rows(
+    m: ModelConfig, window: int | None, kind: str, named: bool, *, rope: bool = True
+) -> list[OpInstance]:
     kv_elements = KV_TENSORS * m.kv_width
     rows = [_linear("QKV projection", m.hidden, m.q_width + 2 * m.kv_width, m.qkv_bias, split=COLUMN)]
     if m.qk_norm:  # per head: one head_dim scale for the queries, one for the keys; else the widths
         scale = 2 * m.head_dim if m.qk_norm == QK_NORM_HEAD else m.q_width + m.kv_width
         rows.append(replace(_norm(m, "QK norm", m.q_width + m.kv_width, scale=scale), split=HEADS))
+    if rope:  # after QK-norm (Qwen3, Gemma 3 norm q and k, then rotate them)
+        rows += rotary_row(m, m.heads, m.kv_heads, m.head_dim)
     rows.append(
         OpInstance(
             "KV-cache write", "copy", 1, LAYER,
@@ -126,7 +155,7 @@ def _attention_rows(m: ModelConfig, window: int | None, kind: str, named: bool) 
     return rows
 
 
-def _latent_rows(m: ModelConfig) -> list[OpInstance]:
+def _latent_rows(m: ModelConfig, *, rope: bool = True) -> list[OpInstance]:
     lat = m.latent
     assert lat is not None
     H, r, rho = m.heads, lat.kv_lora_rank, lat.qk_rope_head_dim
@@ -152,6 +181,8 @@ def _latent_rows(m: ModelConfig) -> list[OpInstance]:
         *rows,
         _linear("KV down-projection", m.hidden, r + rho, False),
         _norm(m, "KV norm", r),
+        # the rope part of each head's query, and the one rope key all heads share (k_pe)
+        *(rotary_row(m, H, 1, lat.qk_nope_head_dim + rho) if rope else []),
         OpInstance(
             "KV-cache write", "copy", 1, LAYER, {"elements_per_token": lat.cache_elements, "tensor": "latent"}
         ),

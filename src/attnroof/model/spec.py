@@ -53,6 +53,11 @@ class ModelConfig:
     mlp_bias: bool = False
     learned_positions: int = 0
     """Rows of a learned position-embedding table (GPT-2: 1024); 0 for rotary models."""
+    rotary_dim: int = 0
+    """Dims of each query and key head that rotary position embedding turns: the head_dim, or
+    its ``partial_rotary_factor`` share (Qwen3-Next: 64 of 256), or latent attention's
+    ``qk_rope_head_dim``; 0 for a model without RoPE (learned positions, ALiBi, NoPE). Which
+    layers apply it is each :class:`LayerKind`'s ``rope``."""
     sliding_window: int | None = None
     """The window of the windowed layers (all of them, or those ``layer_runs`` marks)."""
     max_positions: int | None = None
@@ -162,6 +167,11 @@ class ModelConfig:
             out["latent_attention"] = self.latent.to_json()
         if 0 < self.windowed_layers < self.layers:
             out["windowed_layers"] = self.windowed_layers
+        if self.rotary_dim:
+            out["rotary_dim"] = self.rotary_dim
+            nope = sum(n for kind, n in self.layer_kinds().items() if not kind.rope)
+            if nope:
+                out["nope_layers"] = nope
         if self.qk_norm:
             out["qk_norm"] = self.qk_norm
         if self.sinks:

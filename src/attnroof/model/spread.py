@@ -62,7 +62,7 @@ from attnroof.model.shard import standing_for
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.roofline import COMPUTE, MEMORY, Roof
 
@@ -417,7 +417,7 @@ def _placed_ops(
 @functools.lru_cache(maxsize=65536)
 def _stage_memory(
     model: ModelConfig, phase: str, replica: int, here: int, prec: Precision, capacity_bytes: float | None,
-    fused: bool, routing: str, shard: Any,
+    fused: bool, routing: Routing | str, shard: Any,
 ) -> Memory:  # fmt: skip
     """:func:`attnroof.model.memory.memory` of a stage, kept: the same for every plan whose
     device holds an equal (standing) shard at the same replica batch."""

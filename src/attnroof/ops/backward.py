@@ -45,7 +45,8 @@ from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
 from attnroof.ops.attention import _check, _queries, chunk_keys, chunk_scores, kept_scores
-from attnroof.ops.experts import UNIFORM, expert_share, touched_experts
+from attnroof.ops.elementwise import rotary
+from attnroof.ops.experts import UNIFORM, Routing, expert_share, touched_experts
 from attnroof.ops.matmul import expected_matmul_flops, matmul_flops
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 
@@ -398,6 +399,28 @@ def add_backward(n: Num, h: Num, *, itemsize: Num = BF16_BYTES, name: str = "res
     )
 
 
+def rotary_backward(
+    n: Num,
+    q_heads: Num,
+    k_heads: Num,
+    rotated: Num,
+    *,
+    itemsize: Num = BF16_BYTES,
+    name: str = "rotary embedding",
+) -> Cost:
+    """dq and dk turned back by the same angles (the rotation's transpose: vLLM's kernel with
+    ``inverse``, sin negated): the forward's reads, writes and FLOPs on the gradients. Nothing of
+    the forward is kept for it but the cos/sin table.
+
+    >>> rotary_backward(1, 32, 8, 128).flops == rotary(1, 32, 8, 128).flops
+    True
+    """
+    (stage,) = rotary(n, q_heads, k_heads, rotated, itemsize=itemsize).stages
+    grads, table = stage.reads  # dq, dk of the rotated dims (the forward's q, k), and cos/sin
+    reads = (Access("dq, dk", grads.bytes), table)
+    return Cost((Stage(f"{name} backward", stage.flops, reads, (Access("dq, dk", grads.bytes),)),))
+
+
 def activation_backward(
     n: Num,
     width: Num,
@@ -529,7 +552,7 @@ def expert_backward(
     *,
     experts: Num,
     top_k: Num,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     grad_itemsize: Num | None = None,

@@ -2,8 +2,8 @@
 
 For ``n`` devices and a message of ``M`` bytes — ``M`` as nccl-tests counts its *size*: the
 buffer each device holds (all-reduce: in = out; all-gather: the gathered output; reduce-scatter:
-the input before scattering; all-to-all: each device's whole send buffer) — a ring or pairwise
-schedule sends, per device:
+the input before scattering; all-to-all: each device's whole send buffer) — NCCL's ring or
+pairwise schedule sends, per device:
 
     collective       bytes sent per device        steps        nccl-tests busbw factor
     all-reduce       2 (n − 1)/n · M              2 (n − 1)    2 (n − 1)/n
@@ -14,11 +14,37 @@ schedule sends, per device:
 
     time  = α₀ + steps · α + bytes per device / β    α₀: per call, α: per step (s),
                                                      β: one-way bandwidth (bytes/s)
-    algbw = M / time;   busbw = algbw · factor = bytes per device / time
+    algbw = M / time;   busbw = algbw · 2 (n − 1)/n (all-reduce; the factor above)
 
-So busbw is the rate each device's link actually carries, the figure to hold against the link's
-one-way bandwidth β (the link roof), whatever ``n``; algbw is what the caller's message sees.
-Reductions add (n − 1)/n · M/itemsize numbers per device, far below any compute roof: not counted.
+An all-reduce has faster algorithms where the fabric allows them (:func:`algorithms`; the
+bound takes the fastest, :func:`fastest`):
+
+    algorithm   fabric                            bytes per device    steps   α₀
+    ring        any                               2 (n − 1)/n · M     2(n−1)  yes
+    one-shot    every peer's memory reachable     (n − 1) · M         1       no
+    two-shot    (NVSwitch, xGMI mesh, a bridge)   2 (n − 1)/n · M     2       no
+    NVLS        the switch reduces (NVSwitch 3+)  M                   2       no
+
+One-shot (vLLM's ``cross_device_reduce_1stage``, csrc/custom_all_reduce.cuh): each device reads
+the whole M of each of its n − 1 peers and sums them, after one flag write to every peer ("Latency
+= 1 p2p write"). Two-shot (``cross_device_reduce_2stage``, TensorRT-LLM's TWOSHOT): reduce-scatter
+then all-gather through peer memory, each a 1/n slice from each peer, with one flag exchange
+between them. NVLS (NVLink SHARP, NCCL ≥ 2.17): each device sends its M into the switch, which
+adds the n copies (``multimem.ld_reduce``) and multicasts the sum back: M out and M in per device,
+whatever n. The peer-memory kernels pay no α₀, NCCL's per-call software cost (its ``baseLat``):
+they are one kernel captured in a CUDA graph; each of their steps is one hop of the link (α).
+
+busbw for NVLS: nccl-tests reports every all-reduce with the ring's factor 2 (n − 1)/n, whatever
+algorithm NCCL ran, so its busbw is "the link rate a ring would have needed". NVLS sends M, not
+1.75 M, over each link on 8 devices: at the full one-way β its algbw is β and its busbw 1.75 β,
+above the link's own figure. Eight H200s measure up to 475 GB/s busbw (NVIDIA/nccl-tests#272) and
+eight H100s about 480 (NVIDIA/nccl-tests#212, NVIDIA/nccl#1455) against NVLink 4's 450 GB/s one
+way: more than a ring could reach, less than NVLS's 787.5 GB/s bound.
+
+Elsewhere busbw is the rate each device's link actually carries, the figure to hold against the
+link's one-way bandwidth β (the link roof), whatever ``n``; algbw is what the caller's message
+sees. Reductions add (n − 1)/n · M/itemsize numbers per device, far below any compute roof: not
+counted.
 """
 
 from __future__ import annotations
@@ -26,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from attnroof import arrays
 from attnroof.cost import Num
 from attnroof.validate import nonnegative, size
 
@@ -41,18 +68,25 @@ ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, SEND_RECV = (
 )
 COLLECTIVES = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, SEND_RECV)
 
+RING, PAIRWISE, P2P, ONE_SHOT, TWO_SHOT, NVLS = "ring", "pairwise", "p2p", "one-shot", "two-shot", "NVLS"
+"""The algorithms (the module's tables): NCCL's ring (all-reduce, reduce-scatter, all-gather),
+pairwise exchange (all-to-all), point to point (send/recv); and the peer-memory all-reduces."""
+PEER_MEMORY = (ONE_SHOT, TWO_SHOT, NVLS)
+"""The algorithms that pay no per-call α₀: one kernel reading and writing peers' memory."""
+
 
 @dataclass(frozen=True, slots=True)
 class Comm:
     """One collective over ``devices`` devices: the message (nccl-tests' size) and what each
-    device sends. Bytes in bytes; ``steps`` are the ring's (or pairwise schedule's) rounds."""
+    device sends under ``algorithm``. Bytes in bytes; ``steps`` are the algorithm's rounds."""
 
     name: str
     collective: str
     devices: int
     message_bytes: Num
     bytes_per_device: Num
-    steps: int
+    steps: Any
+    algorithm: str = RING
 
     @property
     def bus_factor(self) -> Num:
@@ -60,14 +94,16 @@ class Comm:
         return self.bytes_per_device / self.message_bytes if self.message_bytes else 0
 
     def time_s(self, bandwidth_bytes_per_s: float, latency_s: float, base_latency_s: float = 0.0) -> Num:
-        """α₀ + steps · α + bytes per device / β: the collective on a link of one-way bandwidth β."""
+        """α₀ + steps · α + bytes per device / β: the collective on a link of one-way bandwidth β
+        (α₀ only for NCCL's algorithms: a peer-memory kernel has no per-call cost of its own)."""
         if self.devices <= 1:
             return 0.0
-        return base_latency_s + self.steps * latency_s + self.bytes_per_device / bandwidth_bytes_per_s
+        base = 0.0 if self.algorithm in PEER_MEMORY else base_latency_s
+        return base + self.steps * latency_s + self.bytes_per_device / bandwidth_bytes_per_s
 
     def on(self, link: Link) -> float:
-        """Its time on ``link``: :meth:`time_s` with the link's bandwidth and latencies."""
-        return float(self.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s))
+        """Its time on ``link`` under the fastest algorithm the link allows (:func:`fastest`)."""
+        return float(fastest(self, link)[1])
 
     def scaled(self, k: Num) -> Comm:
         return Comm(
@@ -77,11 +113,13 @@ class Comm:
             self.message_bytes * k,
             self.bytes_per_device * k,
             self.steps,
+            self.algorithm,
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "collective": self.collective,
+            "algorithm": self.algorithm,
             "devices": self.devices,
             "message_bytes": self.message_bytes,
             "bytes_per_device": self.bytes_per_device,
@@ -111,7 +149,8 @@ def _ring(collective: str, message_bytes: Num, devices: int, name: str) -> Comm:
     """Reduce-scatter, all-gather and all-to-all alike: (n − 1)/n · M sent in n − 1 steps."""
     _check(message_bytes, devices)
     n = devices
-    return Comm(name, collective, n, message_bytes, (n - 1) / n * message_bytes, n - 1)
+    algorithm = PAIRWISE if collective == ALL_TO_ALL else RING
+    return Comm(name, collective, n, message_bytes, (n - 1) / n * message_bytes, n - 1, algorithm)
 
 
 def reduce_scatter(message_bytes: Num, devices: int, *, name: str = REDUCE_SCATTER) -> Comm:
@@ -158,9 +197,10 @@ def all_to_all_split(
     _check(message_bytes, devices)
     size("local", local)
     n, k = devices, min(local, devices)
+    inside, across = (k - 1) / n * message_bytes, (n - k) / n * message_bytes
     return (
-        Comm(f"{name} (in domain)", ALL_TO_ALL, n, message_bytes, (k - 1) / n * message_bytes, k - 1),
-        Comm(f"{name} (across)", ALL_TO_ALL, n, message_bytes, (n - k) / n * message_bytes, n - k),
+        Comm(f"{name} (in domain)", ALL_TO_ALL, n, message_bytes, inside, k - 1, PAIRWISE),
+        Comm(f"{name} (across)", ALL_TO_ALL, n, message_bytes, across, n - k, PAIRWISE),
     )
 
 
@@ -171,7 +211,85 @@ def send_recv(message_bytes: Num, devices: int = 2, *, name: str = SEND_RECV) ->
     (4096, 1)
     """
     _check(message_bytes, devices)
-    return Comm(name, SEND_RECV, devices, message_bytes, message_bytes, 1)
+    return Comm(name, SEND_RECV, devices, message_bytes, message_bytes, 1, P2P)
+
+
+def one_shot_all_reduce(message_bytes: Num, devices: int, *, name: str = ALL_REDUCE) -> Comm:
+    """One-shot all-reduce: each device reads the whole M of each of its n − 1 peers, one step.
+
+    >>> c = one_shot_all_reduce(8 * 8192 * 2, 8)   # decode: 8 tokens × hidden 8192 × 2 B
+    >>> c.bytes_per_device, c.steps                # 7 × 131072
+    (917504, 1)
+    """
+    _check(message_bytes, devices)
+    return Comm(name, ALL_REDUCE, devices, message_bytes, (devices - 1) * message_bytes, 1, ONE_SHOT)
+
+
+def two_shot_all_reduce(message_bytes: Num, devices: int, *, name: str = ALL_REDUCE) -> Comm:
+    """Two-shot all-reduce: a reduce-scatter and an all-gather through peer memory, the ring's
+    2 (n − 1)/n · M in two steps.
+
+    >>> two_shot_all_reduce(1024, 8).bytes_per_device   # 2 · 7/8 · 1024
+    1792.0
+    """
+    _check(message_bytes, devices)
+    n = devices
+    return Comm(name, ALL_REDUCE, n, message_bytes, 2 * (n - 1) / n * message_bytes, 2, TWO_SHOT)
+
+
+def nvls_all_reduce(message_bytes: Num, devices: int, *, name: str = ALL_REDUCE) -> Comm:
+    """NVLS all-reduce: each device's M into the switch, which sums the n copies and multicasts
+    the result back: M each way per device, in two steps (reduce, then multicast).
+
+    >>> nvls_all_reduce(2**30, 8).bytes_per_device   # 1 GiB, whatever n
+    1073741824
+    """
+    _check(message_bytes, devices)
+    return Comm(name, ALL_REDUCE, devices, message_bytes, message_bytes if devices > 1 else 0, 2, NVLS)
+
+
+def algorithms(comm: Comm, link: Any) -> tuple[Comm, ...]:
+    """The algorithms ``link``'s fabric allows for ``comm`` (the module's second table): NCCL's
+    always; for an all-reduce, one-shot and two-shot where every device reaches every peer's
+    memory over the link (``link.peer_access``), and NVLS where the switch reduces
+    (``link.switch_reduction``). A collective another algorithm already chose stays as it is."""
+    if comm.collective != ALL_REDUCE or comm.algorithm != RING or comm.devices <= 1:
+        return (comm,)
+    m, n, name = comm.message_bytes, comm.devices, comm.name
+    out = [comm]
+    if getattr(link, "peer_access", False):
+        out += [one_shot_all_reduce(m, n, name=name), two_shot_all_reduce(m, n, name=name)]
+    if getattr(link, "switch_reduction", False):
+        out.append(nvls_all_reduce(m, n, name=name))
+    return tuple(out)
+
+
+def fastest(comm: Comm, link: Any) -> tuple[Comm, Any]:
+    """The algorithm with the least time on ``link`` and that time (the bound's choice): a
+    float for one message; for an array of sizes, the least time of each, and a Comm whose
+    bytes and steps are each size's choice, its algorithm the candidates' names joined by "|".
+
+    >>> from attnroof.devices.links import Link
+    >>> nvswitch = Link("scale-up", 450e9, 0.47e-6, peer_access=True, switch_reduction=True)
+    >>> c, t = fastest(all_reduce(2**30, 8), nvswitch)   # 1 GiB: NVLS, 2 · 0.47 µs + 2^30 B / 450e9 B/s
+    >>> c.algorithm, round(t * 1e6, 2)
+    ('NVLS', 2387.03)
+    """
+    choices = algorithms(comm, link)
+    times = [c.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s) for c in choices]
+    if len(choices) == 1:
+        return comm, times[0]
+    if all(arrays.is_scalar(t) for t in times):
+        best = min(range(len(times)), key=lambda i: times[i])  # ties: the earlier, NCCL's first
+        return choices[best], times[best]
+    np = arrays.numpy()
+    stacked = np.stack(np.broadcast_arrays(*times))
+    pick = stacked.argmin(axis=0)
+    sent = np.choose(pick, [np.broadcast_to(c.bytes_per_device, pick.shape) for c in choices])
+    steps = np.choose(pick, [np.full(pick.shape, c.steps) for c in choices])
+    names = "|".join(c.algorithm for c in choices)
+    chosen = Comm(comm.name, comm.collective, comm.devices, comm.message_bytes, sent, steps, names)
+    return chosen, stacked.min(axis=0)
 
 
 COLLECTIVE_FN = {

@@ -1,4 +1,5 @@
-"""Element-wise operators of a transformer layer: norms, residual adds, MLP activations, copies.
+"""Element-wise operators of a transformer layer: norms, residual adds, MLP activations, rotary
+position embeddings, copies.
 
 Each is one kernel that reads its inputs once and writes its output once, so its intensity is a
 few FLOP per several bytes: always far below any ridge. They matter at model scale only because
@@ -31,6 +32,14 @@ GATE_FLOPS_PER_ELEMENT = 1
 GELU_FLOPS_PER_ELEMENT = 8
 """GPT-2's tanh GELU, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): x³ (2), ·0.044715, +x,
 ·√(2/π), tanh, +1, ·0.5x — eight, with tanh counted as one."""
+
+
+ROTARY_FLOPS_PER_PAIR = 6
+"""A rotated pair (x, y) at angle θ: x·cos θ − y·sin θ and y·cos θ + x·sin θ, four multiplies
+and two adds (vLLM's csrc/pos_encoding_kernels.cu, ``apply_token_rotary_embedding``; transformers'
+``q·cos + rotate_half(q)·sin`` is the same three per element, its negation not counted)."""
+ROTARY_FLOPS_PER_ELEMENT = ROTARY_FLOPS_PER_PAIR // 2
+"""Three a rotated element: the count kept in whole numbers."""
 
 
 ACTIVATION_FLOPS_PER_ELEMENT = {"silu": SILU_FLOPS_PER_ELEMENT, "gelu": GELU_FLOPS_PER_ELEMENT}
@@ -156,6 +165,39 @@ def activation(
         per = ACTIVATION_FLOPS_PER_ELEMENT["gelu"]
         reads = (Access("X", n * width * itemsize),)
     return _one(name, per * n * width, reads, (Access("Y", n * width * itemsize),))
+
+
+def rotary(
+    n: Num,
+    q_heads: Num,
+    k_heads: Num,
+    rotated: Num,
+    *,
+    itemsize: Num = BF16_BYTES,
+    name: str = "rotary embedding",
+) -> Cost:
+    """Rotary position embedding (RoPE) of ``n`` tokens: the ``rotated`` dims of each of
+    ``q_heads`` query and ``k_heads`` key heads turned, in pairs, by the token's angles, in place
+    (vLLM's ``rotary_embedding`` kernel; partial rotary turns only the first ``rotated`` dims of a
+    head and leaves the rest unread)::
+
+        rotary   reads q, k (rotated dims), cos/sin (``rotated`` a token)   writes q, k (rotated dims)
+                 6 FLOPs per pair: 3 · n · (q_heads + k_heads) · rotated
+
+    The cos/sin table is read a row per token, in the activations' dtype (vLLM casts its
+    ``cos_sin_cache`` to the model's).
+
+    >>> c = rotary(8192, 32, 8, 128)         # Llama-3.1-8B, one layer, 8192 tokens
+    >>> c.flops == 3 * 8192 * 40 * 128, c.bytes == 2 * 8192 * 40 * 128 * 2 + 8192 * 128 * 2
+    (True, True)
+    """
+    validate.sizes(n=n, q_heads=q_heads, k_heads=k_heads, rotated=rotated)
+    _itemsizes(itemsize=itemsize)
+    rotated_elements = n * (q_heads + k_heads) * rotated
+    qk = rotated_elements * itemsize
+    table = n * rotated * itemsize
+    flops = ROTARY_FLOPS_PER_ELEMENT * rotated_elements
+    return _one(name, flops, (Access("q, k", qk), Access("cos, sin", table)), (Access("q, k", qk),))
 
 
 def copy(

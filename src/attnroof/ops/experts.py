@@ -9,7 +9,8 @@ probability 1 − k/E, so the expected number of distinct experts a layer reads 
 Each expert's GEMM then sees n·k / E_touched tokens: about one at small batches (every weight
 byte serves one token, intensity ≈ 1) and n·k/E once every expert is touched. A dense layer's
 GEMM sees all n tokens, so an expert GEMM needs E/k times the batch to reach the same intensity
-(Mixtral 8/2 = 4×, DeepSeek-V3 256/8 = 32×).
+(Mixtral 8/2 = 4×, DeepSeek-V3 256/8 = 32×). Other routings — skewed, a measured trace, the
+fewest experts any router can read — are :mod:`attnroof.ops.routing`'s.
 
 One expert GEMM kernel (grouped over the touched experts)::
 
@@ -19,31 +20,55 @@ One expert GEMM kernel (grouped over the touched experts)::
 
 from __future__ import annotations
 
+import functools
+
 from attnroof import validate
 from attnroof.cost import Access, Cost, Num, Stage
 from attnroof.dtypes import BF16_BYTES
-from attnroof.errors import InputError
 from attnroof.ops.matmul import expected_matmul_flops
+from attnroof.ops.routing import ALL, FEWEST, FORMS, UNIFORM, Routing, parse_routing
 
-UNIFORM, ALL = "uniform", "all"
-ROUTINGS = (UNIFORM, ALL)
-"""How many experts a batch touches: ``uniform`` routing (the expectation above), or ``all``
-of them (an upper bound on bytes; what a kernel that streams every expert's weights reads)."""
+__all__ = [
+    "ALL",
+    "FEWEST",
+    "ROUTINGS",
+    "UNIFORM",
+    "Routing",
+    "as_routing",
+    "expert_gemm",
+    "expert_share",
+    "touched_experts",
+]
+
+ROUTINGS = FORMS
+"""The routings a step takes (:mod:`attnroof.ops.routing`): ``uniform`` (the expectation above),
+``all`` (every expert read: what a kernel that streams every expert's weights reads),
+``fewest`` (the top-k alone: the least any router reads), ``skewed:ALPHA``, ``trace:FILE``."""
 
 
-def touched_experts(tokens: Num, experts: Num, top_k: Num, routing: str = UNIFORM) -> Num:
-    """Expected distinct experts that ``tokens`` tokens routed to ``top_k`` of ``experts`` read.
+def touched_experts(tokens: Num, experts: Num, top_k: Num, routing: Routing | str = UNIFORM) -> Num:
+    """Expected distinct experts that ``tokens`` tokens routed to ``top_k`` of ``experts`` read
+    under ``routing`` (:meth:`attnroof.ops.routing.Routing.touched`; a string is its form).
 
     >>> touched_experts(1, 8, 2), round(touched_experts(64, 8, 2), 3)   # Mixtral: 2, then all 8
     (2.0, 8.0)
     >>> round(touched_experts(8, 256, 8), 1)           # DeepSeek-V3 at batch 8: 57 of 256
     57.4
+    >>> touched_experts(64, 8, 2, "fewest")            # no router reads fewer than its top-k
+    2
     """
-    if routing == ALL:
-        return experts
-    if routing != UNIFORM:
-        raise InputError(f"routing {routing!r}: known {', '.join(ROUTINGS)}", param="routing")
-    return experts * (1 - (1 - top_k / experts) ** tokens)
+    return as_routing(routing).touched(tokens, experts, top_k)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> Routing:
+    return parse_routing(text)
+
+
+def as_routing(routing: Routing | str) -> Routing:
+    """``routing`` as a :class:`~attnroof.ops.routing.Routing` (a string is its ``--routing``
+    form; a trace needs its file read, so comes as a Routing)."""
+    return routing if isinstance(routing, Routing) else _parsed(routing)
 
 
 def expert_gemm(
@@ -53,7 +78,7 @@ def expert_gemm(
     *,
     experts: Num,
     top_k: Num,
-    routing: str = UNIFORM,
+    routing: Routing | str = UNIFORM,
     itemsize: Num = BF16_BYTES,
     weight_itemsize: Num | None = None,
     bias: bool = False,

@@ -36,7 +36,7 @@ from attnroof.model.comms import stage_comms
 from attnroof.model.layers import DECODE, PREFILL, Precision, Step, layer_table, weight_bytes
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import ATTENTION, rule
-from attnroof.ops.experts import UNIFORM
+from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import Roof, kernel_resident, place, step_resident, weights_fit
@@ -54,7 +54,7 @@ class StepOptions:
     prec: Precision = field(default_factory=Precision)
     fused: bool = True
     softmax_flops_per_element: float = SOFTMAX_FLOPS_PER_ELEMENT
-    routing: str = UNIFORM
+    routing: Routing | str = UNIFORM
     latent_form: str = ABSORBED
 
     def step(self, phase: str, batch: Any, context: Any, queries: Any = 1) -> Step:
@@ -297,14 +297,12 @@ def _comm_time(
     model: ModelConfig, plan: Plan, shard: Any, step: Step, links: Links, *, head: bool, last: bool
 ) -> Any:
     """The plan's collectives over a step of ``step.batch`` tokens (or, ``head``, the logits of
-    that many sequences), in series: Σ count × (α₀ + steps·α + bytes/β)."""
+    that many sequences), in series: Σ count × time, each at the fastest algorithm its link
+    allows (the engines' one-shot and two-shot all-reduces on NVLink; :class:`CommOp`)."""
     total: Any = 0.0
     for c in stage_comms(model, plan, shard, step, links, last=last):
         if (c.layer_kind == HEAD) == head:
-            link = c.link
-            total = total + c.count * c.comm.time_s(
-                link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s
-            )
+            total = total + c.count * c.time_s
     return total
 
 

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 from attnroof.devices import Device
+from attnroof.devices.links import BRIDGE, Link
 from attnroof.dtypes import DTYPES, rate_unit
 from attnroof.escaping import escaped
 from attnroof.text.render import table
@@ -163,14 +164,21 @@ def device_text(dev: Device) -> str:
     return "\n".join(lines)
 
 
+def link_abilities(link: Link) -> list[str]:
+    """What a link's fabric allows beyond NCCL's ring, in words (a bridge always has peer access,
+    so it goes unsaid there)."""
+    out = ["NVLS"] if link.switch_reduction else []
+    return out + (["peer access"] if link.peer_access and link.kind != BRIDGE else [])
+
+
 def link_text(dev: Device) -> str:
     """Scale-up and scale-out links in words: bandwidth one way per device, domain, latency."""
     parts = []
-    for link, domain in ((dev.links.scaleup, dev.links.scaleup_domain), (dev.links.scaleout, None)):
-        if link is None:
-            continue
+    for link, domain in dev.links.each():
         name = f" ({escaped(link.name)})" if link.name else ""
-        size = f", {domain} devices a domain" if domain else ""
+        size = f", {domain} devices a domain" if domain and link.kind != BRIDGE else ""
+        size += f", joining {domain} cards" if link.kind == BRIDGE else ""
+        size += "".join(f", {t}" for t in link_abilities(link))
         parts.append(
             f"{link.kind} {fig(link.bandwidth_bytes_per_s, GB)} GB/s one way{name}{size}, "
             f"{link.base_latency_s * 1e6:g} µs a call + {link.latency_s * 1e6:g} µs a step"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from attnroof.devices.links import Links
+from attnroof.devices.links import BRIDGE, Links
 from attnroof.model.comms import CommOp
 from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1
 from attnroof.model.search import Fit
@@ -15,6 +15,7 @@ from attnroof.model.spread import Spread
 from attnroof.model.train_options import TRAIN
 from attnroof.model.training_memory import TrainMemory
 from attnroof.text import render
+from attnroof.text.devices import link_abilities
 from attnroof.text.model import OP_HEADERS, Setting, header, memory_line, op_row
 from attnroof.text.render import table
 from attnroof.text.sharding import sharded_words, sharding_line, zero_words
@@ -50,11 +51,16 @@ def layer_ranges(ranges: Sequence[tuple[int, int]]) -> str:
 
 
 def links_line(links: Links) -> str:
+    """Each link one way per device, with its domain (a bridge: the cards it joins) and what its
+    fabric allows beyond a ring."""
     out = []
-    for link, domain in ((links.scaleup, links.scaleup_domain), (links.scaleout, None)):
-        if link is not None:
-            size = f" ({domain} a domain)" if domain else ""
-            out.append(f"{link.kind} {render.num(link.bandwidth_bytes_per_s / GB)} GB/s one way{size}")
+    for link, n in links.each():
+        joins = (
+            ("pairs" if n == 2 else f"sets of {n}") if link.kind == BRIDGE else f"{n} a domain" if n else ""
+        )
+        traits = [t for t in (joins, *link_abilities(link)) if t]
+        size = f" ({', '.join(traits)})" if traits else ""
+        out.append(f"{link.kind} {render.num(link.bandwidth_bytes_per_s / GB)} GB/s one way{size}")
     return "links: " + ("; ".join(out) or "none")
 
 
@@ -62,7 +68,7 @@ def comm_row(c: CommOp, step_time_s: float, runs: int = 1) -> list[str]:
     """A collective in the operator table's columns: bytes it sends, its time on the link, and
     its share of the step when the step runs it ``runs`` times as often (once per micro-batch)."""
     return [
-        f"{c.comm.name} [{c.comm.collective}, {c.comm.devices} dev, {c.link.kind}]",
+        f"{c.comm.name} [{c.comm.collective}, {c.comm.algorithm}, {c.comm.devices} dev, {c.link.kind}]",
         f"×{c.count}" if c.count > 1 else "",
         "—",
         render.nbytes(float(c.comm.bytes_per_device)) + " sent",
