@@ -23,6 +23,7 @@ bytes cost), kept beside the one ``place`` that applies them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -121,6 +122,20 @@ class Roof:
     def time(self, flops: Num, nbytes: Num, resident: Num = 0) -> Num:
         """Seconds: max(F/P, (bytes − R)/B + R/B_c), the lower bound on the kernel's run time."""
         return arrays.maximum(flops / self.peak_flops_per_s, self.memory_time(nbytes, resident))
+
+    def kernel_time(
+        self, flops: Num, nbytes: Num, kernel: Mapping[str, Any] | None = None, resident: Num = 0
+    ) -> Num:
+        """Seconds one kernel takes on this roof: here its bound, :meth:`time` (``resident`` bytes
+        at the cache's bandwidth). A forecast's roof (:class:`attnroof.profiles.kernels.ForecastRoof`)
+        answers with the time a real kernel of that ``kernel`` shape takes
+        (:meth:`attnroof.operators.Operator.kernel_shape`)."""
+        return self.time(flops, nbytes, resident)
+
+    @property
+    def forecasts(self) -> bool:
+        """Whether :meth:`kernel_time` is a forecast rather than the bound."""
+        return False
 
     def compute_bound(self, intensity: Num) -> Num:
         """True where the compute roof is the lower one (I ≥ ridge)."""

@@ -74,11 +74,13 @@ class OpResult:
 
 
 def kernel_time(op: Op, roof: Roof) -> Any:
-    """One run's time bound, Σ over ``op``'s kernels of max(F/P, (bytes − R)/B + R/B_c): a number,
-    or an array for an operator costed on arrays of shapes (:func:`place_op`'s ``time_s``, element
-    by element)."""
+    """One run's time bound, Σ over ``op``'s kernels of max(F/P, (bytes − R)/B + R/B_c) (on a
+    forecast's roof, the time each kernel takes): a number, or an array for an operator costed on
+    arrays of shapes (:func:`place_op`'s ``time_s``, element by element)."""
     resident = op.resident(roof)
-    return sum(roof.time(st.flops, st.bytes, r) for st, r in zip(op.cost, resident, strict=True))
+    return sum(
+        roof.kernel_time(st.flops, st.bytes, op.kernel, r) for st, r in zip(op.cost, resident, strict=True)
+    )
 
 
 def place_op(op: Op, roof: Roof) -> OpResult:
@@ -88,14 +90,15 @@ def place_op(op: Op, roof: Roof) -> OpResult:
         f, b = stage.flops, stage.bytes
         if type(f) in (int, float) and type(b) in (int, float) and type(r) in (int, float) and b > 0:
             # a number: the roof's own time and limiter, without a whole Placement
-            t = roof.time(float(f), float(b), r)
+            t = roof.kernel_time(float(f), float(b), op.kernel, r)
             time += t
             mem_time += t if roof.limiter(float(f) / roof.hbm_bytes(float(b), r)) == MEMORY else 0.0
             cached += r
             continue
         p = place((f, b), roof, r)
-        time += p.time_s
-        mem_time += p.time_s if p.limiter == MEMORY else 0.0
+        t = roof.kernel_time(f, b, op.kernel, r) if roof.forecasts else p.time_s
+        time += t
+        mem_time += t if p.limiter == MEMORY else 0.0
         cached += p.resident_bytes
     flops, nbytes = float(op.cost.flops), float(op.cost.bytes)
     return OpResult(

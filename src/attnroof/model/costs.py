@@ -8,9 +8,9 @@ what of its bytes may be in the last-level cache (:func:`attnroof.roofline.step_
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from attnroof.cost import Cost, Num
 from attnroof.model.layers import LAYER, Precision, Step, layer_table, weight_bytes
@@ -35,6 +35,8 @@ class Op:
     attention: bool = False
     layer_kind: str = LAYER
     operator: str = ""
+    kernel: Mapping[str, Any] = field(default_factory=dict)
+    """What a forecast needs beside the cost (:meth:`attnroof.operators.Operator.kernel_shape`)."""
     written_before: Num = 0
     """Bytes the kernel before this operator's first one wrote (the last kernel of the operator
     before it in the step; none for the step's first)."""
@@ -83,7 +85,15 @@ def model_ops(
     p = prec or Precision()
     step = Step(phase, batch, context, p, fused, softmax_flops_per_element, routing, latent_form)
     ops = [
-        Op(i.name, rule(i).cost(i, step), i.count, is_attention(i), i.layer_kind, i.operator)
+        Op(
+            i.name,
+            rule(i).cost(i, step),
+            i.count,
+            is_attention(i),
+            i.layer_kind,
+            i.operator,
+            rule(i).kernel_shape(i, step),
+        )
         for i in layer_table(model, shard)
     ]
     return in_order(ops, weight_bytes(model, p, shard))

@@ -103,8 +103,9 @@ def train_ops(
             param="model",
         )
 
-    def op(i: OpInstance, cost: Cost, name: str | None = None) -> Op:
-        return Op(name or i.name, cost, i.count, is_attention(i), i.layer_kind, i.operator)
+    def op(i: OpInstance, cost: Cost, name: str | None = None, backward: bool = False) -> Op:
+        shape = rule(i).kernel_shape(i, step, backward=backward)
+        return Op(name or i.name, cost, i.count, is_attention(i), i.layer_kind, i.operator, shape)
 
     out = [(FORWARD, op(i, rule(i).cost(i, step))) for i in rows]
     for i in rows:
@@ -115,7 +116,10 @@ def train_ops(
             name, again = selective(i, rule(i).cost(i, step), fused)
             out.append((RECOMPUTE, op(i, again, name)))
     g = prec.grad_itemsize
-    out += [(BACKWARD, op(i, rule(i).cost(i, step, backward=True, grad_itemsize=g))) for i in reversed(rows)]
+    out += [
+        (BACKWARD, op(i, rule(i).cost(i, step, backward=True, grad_itemsize=g), backward=True))
+        for i in reversed(rows)
+    ]
     placed = in_order([o for _, o in out], weight_bytes(model, fwd_prec, shard))
     return [(name, o) for (name, _), o in zip(out, placed, strict=True)]
 

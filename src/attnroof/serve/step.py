@@ -42,6 +42,9 @@ from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import Roof, kernel_resident, place, step_resident, weights_fit
 from attnroof.row import CHUNK, HEAD, LAST_TOKEN, OpInstance
 
+DECODE_KERNEL = {"kernel": "decode"}
+"""Attention of one new token a sequence against its cache, as a forecast's roof times it."""
+
 if TYPE_CHECKING:
     from attnroof.devices.links import Links
     from attnroof.model.parallel import Plan
@@ -74,14 +77,21 @@ def written_before(table: list[OpInstance], i: int, step: Step) -> Any:
 
 
 def _row_time(table: list[OpInstance], i: int, step: Step, roof: Roof, held: Any) -> Any:
-    """count × Σ over row ``i``'s kernels of max(F/P, (bytes − R)/B + R/B_c), element-wise on
-    array steps; ``held`` the bytes of the weights the device holds."""
+    """count × Σ over row ``i``'s kernels of max(F/P, (bytes − R)/B + R/B_c) — or, on a
+    forecast's roof, of the time a real kernel of that shape takes — element-wise on array steps;
+    ``held`` the bytes of the weights the device holds."""
     row = table[i]
     stages = rule(row).cost(row, step).stages
+    kernel = rule(row).kernel_shape(row, step) if roof.forecasts else None
     before = written_before(table, i, step) if roof.levels == 2 else 0
     total: Any = 0.0
     for stage, r in zip(stages, step_resident(stages, roof, before, held), strict=True):
-        total = total + place((stage.flops, stage.bytes), roof, r).time_s
+        t = (
+            roof.kernel_time(stage.flops, stage.bytes, kernel, r)
+            if kernel
+            else place((stage.flops, stage.bytes), roof, r).time_s
+        )
+        total = total + t
     return row.count * total
 
 
@@ -203,9 +213,12 @@ class StepCost:
         (``pick`` maps an array over contexts to its sum): F, bytes, and the cache's three."""
         return tuple(once + pick(each) for each, once in zip(st[::2], st[1::2], strict=True))
 
-    def _kernels(self, parts: list[tuple[int, Any, list[tuple[Any, ...]]]]) -> Any:
-        """Σ over rows of count × Σ over its kernels of max(F/P, (bytes − R)/B + R/B_c); numbers or
-        arrays. Each part: the row's count, what the row before it wrote, its kernels' figures."""
+    def _kernels(
+        self, parts: list[tuple[int, Any, list[tuple[Any, ...]]]], kernel: dict[str, Any] | None = None
+    ) -> Any:
+        """Σ over rows of count × Σ over its kernels of max(F/P, (bytes − R)/B + R/B_c) (on a
+        forecast's roof, each as the attention ``kernel`` it is); numbers or arrays. Each part:
+        the row's count, what the row before it wrote, its kernels' figures."""
         time: Any = 0.0
         for count, before, stages in parts:
             row: Any = 0.0
@@ -215,7 +228,7 @@ class StepCost:
                     activations, weights, writes = cache
                     r = kernel_resident(self.roof, activations, weights, before, self._fit)
                     before = writes
-                row = row + self.roof.time(f, b, r)
+                row = row + self.roof.kernel_time(f, b, kernel, r)
             time = time + count * row
         return time
 
@@ -234,13 +247,15 @@ class StepCost:
                 [
                     (row.count, before[n], [self._over(s, lambda x: x[at].sum(axis=0)) for s in st])
                     for row, before, st in zip(self.attention_rows, self._before, self._decode, strict=True)
-                ]
+                ],
+                DECODE_KERNEL,
             )
         return self._kernels(
             [
                 (row.count, before[n], [self._over(s, lambda x: x[contexts].sum()) for s in st])
                 for row, before, st in zip(self.attention_rows, self._before, self._decode, strict=True)
-            ]
+            ],
+            DECODE_KERNEL,
         )
 
     def decode_steps_s(self, contexts: Any, steps: int) -> Any:
@@ -273,7 +288,14 @@ class StepCost:
                     for pair, k in zip(acc, range(0, len(st), 2), strict=True):
                         pair[1] += st[k].sum()
             parts.append((row.count, before[t], [tuple(float(o + x) for o, x in acc) for acc in sums]))
-        return self._kernels(parts)
+        return self._kernels(parts, self._chunk_kernel(queries, contexts))
+
+    def _chunk_kernel(self, queries: Any, contexts: Any) -> dict[str, Any]:
+        """The prefill kernel over chunks, as a forecast sees it: fused attention at the model's
+        head dimension over the chunks' mean keys (decode's kernel for chunks of a token or two)."""
+        if not self.roof.forecasts or float(queries.mean()) <= 2:
+            return DECODE_KERNEL
+        return {"kernel": "attention", "d": self.model.head_dim, "s": float(contexts.mean()), "causal": True}
 
     def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
         """A step of sequences decoding at ``decode_contexts`` and others running chunks of
