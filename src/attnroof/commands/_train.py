@@ -171,6 +171,7 @@ def train_head(
         "recompute": recompute_of(args),
         "fused": not args.unfused,
         "ridge": roof.ridge,
+        **roof.cache_json(),
         "config": config_json(model),
         "context_beyond_model_limit": bool(past_positions(model, [args.context])),
     }

@@ -321,6 +321,7 @@ def _linear_run(args: argparse.Namespace) -> int:
                 "m": args.m,
                 **pass_json(args),
                 "ridge": roof.ridge,
+                **roof.cache_json(),
                 **p.to_json(),
                 "stages": [stage_json(s) for s in cost],
                 "crossover": {"n_min": cross.s_min, **cross.to_json()},

@@ -161,6 +161,7 @@ class _Job:
             **({"routing": str(self.routing), **self.routing.to_json()} if self.model.experts else {}),
             **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
+            **self.roof.cache_json(),
             "config": config_json(self.model),
             # analysed as asked; the text's header warns (a grid lists its contexts past the limit)
             **self._past_positions_json(),

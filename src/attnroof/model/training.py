@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
-from attnroof.model.costs import Op
-from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
+from attnroof.model.costs import Op, in_order
+from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table, weight_bytes
 from attnroof.model.notes import step_notes
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
@@ -120,7 +120,8 @@ def train_ops(
         (BACKWARD, op(i, rule(i).cost(i, step, backward=True, grad_itemsize=g), backward=True))
         for i in reversed(rows)
     ]
-    return out
+    placed = in_order([o for _, o in out], weight_bytes(model, fwd_prec, shard))
+    return [(name, o) for (name, _), o in zip(out, placed, strict=True)]
 
 
 def model_flops(model: ModelConfig, batch: Num, context: Num) -> Num:

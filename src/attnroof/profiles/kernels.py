@@ -195,7 +195,10 @@ class ForecastRoof(Roof):
         each launched back to back (:meth:`Profile.in_step`), not one timed alone."""
         n = profile.sms(roof.device) if sms is None else sms
         p = profile.in_step() if step else profile
-        return cls(roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, roof.device, roof.dtype, p, n)
+        return cls(
+            roof.peak_flops_per_s, roof.bandwidth_bytes_per_s, roof.device, roof.dtype,
+            roof.cache_bytes, roof.cache_bandwidth_bytes_per_s, profile=p, sms=n,
+        )  # fmt: skip
 
     @property
     def forecasts(self) -> bool:
@@ -204,9 +207,16 @@ class ForecastRoof(Roof):
     @property
     def bound(self) -> Roof:
         """The bound's roof under this forecast."""
-        return Roof(self.peak_flops_per_s, self.bandwidth_bytes_per_s, self.device, self.dtype)
+        return Roof(
+            self.peak_flops_per_s, self.bandwidth_bytes_per_s, self.device, self.dtype,
+            self.cache_bytes, self.cache_bandwidth_bytes_per_s,
+        )  # fmt: skip
 
-    def kernel_time(self, flops: Num, nbytes: Num, kernel: Mapping[str, Any] | None = None) -> Num:
+    def kernel_time(
+        self, flops: Num, nbytes: Num, kernel: Mapping[str, Any] | None = None, resident: Num = 0
+    ) -> Num:
+        """The profile's time for the kernel (``resident``, the bound's cache share, is not asked:
+        the profile's efficiencies are fitted to measured kernels as they ran)."""
         shape = dict(kernel or {})
         kind = shape.pop("kernel", "")
         shape.setdefault("sms", self.sms)

@@ -148,6 +148,7 @@ class Result:
             "model": j.model.name,
             "device": j.device.name,
             "dtype": j.roof.dtype,
+            **j.roof.cache_json(),
             "devices": self.devices,
             "deployment": {name: p.to_json() for name, p in self.pools.items()},
             "disaggregated": self.disaggregated,
