@@ -187,3 +187,53 @@ def test_a_plans_forecast_hides_what_the_profile_says(toy):
     gap = serial.time_s - serial.bound_time_s
     assert gap > 0
     assert forecast_time(serial, toy) == pytest.approx(serial.bound_time_s + 0.5 * gap)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["linear", "-n", "64", "-k", "4096", "-m", "4096", "--device", "h100"],
+        ["attention", "-s", "1024", "-d", "128", "--heads", "8", "--causal", "--device", "h100"],
+        ["decode", "-s", "4096", "-d", "128", "--batch", "8", "--heads", "32", "--group", "4", "--device", "h200"],
+        ["model", "--model", "llama-3.1-8b", "--context", "2048", "--batch", "4", "--device", "h100"],
+        ["model", "--model", "llama-3.1-8b", "--context", "2048", "--phase", "prefill", "--device", "mi300x"],
+        ["model", "--model", "llama-3.1-8b", "--context", "4096", "--batch", "8", "--phase", "train", "--device", "h100"],
+        ["model", "--model", "llama-3.1-70b", "--context", "4096", "--batch", "16", "--phase", "train",
+         "--device", "h100", "--tp", "8", "--pp", "2", "--dp", "2", "--microbatches", "4", "--zero", "1"],
+    ],
+)
+def test_every_command_with_an_identity_profile_file_prints_its_bound(tmp_path, words):
+    """The identity profile, as a file a user could write (every fraction 1, every cost 0, all
+    communication hidden, tiles of one element, no SM count), through the command line: each
+    forecast is its bound to the last digit, with the two-level memory of the device's cache."""
+    import json
+
+    from conftest import run_cli
+
+    f = tmp_path / "identity.toml"
+    f.write_text(IDENTITY_FILE)
+    out = json.loads(run_cli(*words, "--profile", str(f), "--json").stdout)
+    found = []
+    for part in ("unfused", "fused"):
+        if isinstance(out.get(part), dict):
+            found.append((out[part]["forecast_time_s"], out[part]["time_s"]))
+    if "forecast_time_s" in out:
+        found.append((out["forecast_time_s"], out["time_s"]))
+    if "totals" in out and "forecast_time_s" in out["totals"]:
+        found.append((out["totals"]["forecast_time_s"], out["totals"]["time_s"]))
+    assert found
+    for forecast, bound in found:
+        assert forecast == bound
+
+
+IDENTITY_FILE = """
+name = "identity-file"
+dtype = "bf16"
+[sources.none]
+title = "the identity: every efficiency 1"
+[gemm]
+ceiling = { value = 1, source = "none" }
+[overlap]
+tensor = { value = 1, source = "none" }
+data = { value = 1, source = "none" }
+"""

@@ -207,11 +207,13 @@ def comparison_forecast(
 
 def gemm_forecast(args: Any, dev: Any, dt: Any, roof: Roof, cost: Any, bound_s: float) -> Kernels | None:
     """The ``linear`` command's GEMM forecast."""
+    from attnroof.profiles.kernels import cost_time
+
     on = forecast_roof(args, dev, dt, roof, step=False)
     if on is None:
         return None
     kernel = {"kernel": "gemm", "t": args.n, "k": args.k, "m": args.m}
     return Kernels(
         on.profile,
-        {"": (float(sum(on.kernel_time(st.flops, st.bytes, kernel) for st in cost.stages)), bound_s)},
+        {"": (float(cost_time(on, cost, [kernel] * len(cost.stages))), bound_s)},
     )

@@ -25,13 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from attnroof import arrays
 from attnroof.cost import Cost, Num
 from attnroof.ops.attention import FUSED, PV, QK
 from attnroof.profiles import IDENTITY, Attention, Gemm, Memory, Profile
-from attnroof.roofline import Roof
+from attnroof.roofline import Roof, loop_resident
 
 GEMM, ATTENTION, DECODE, MEMORY = "gemm", "attention", "decode", "memory"
 
@@ -118,62 +118,81 @@ def token_tile(t: Num, tile_t: int) -> Num:
     return np.minimum(tile_t, np.maximum(MMA_ROWS, 2 ** np.ceil(np.log2(np.maximum(t, 1)))))
 
 
-def gemm_time(g: Gemm, sms: int, roof: Roof, flops: Num, nbytes: Num, t: Num, k: Num, m: Num) -> Num:
+class Parts(NamedTuple):
+    """A kernel's forecast as the bound's own arithmetic on what a real kernel does: its fixed
+    cost, the FLOPs the compute roof sees (F·pad·waves/η) and the bytes the memory roof sees
+    (B/μ, of which R/μ at the cache's bandwidth). Its time on ``roof`` is
+    ``launch + roof.time(flops, bytes, resident)``: with the identity profile, the bound itself."""
+
+    launch: Num
+    flops: Num
+    bytes: Num
+    resident: Num
+
+    def time(self, roof: Roof) -> Num:
+        return self.launch + Roof.time(roof, self.flops, self.bytes, self.resident)
+
+    def __add__(self, other: Parts) -> Parts:  # type: ignore[override]
+        return Parts(*(a + b for a, b in zip(self, other, strict=True)))
+
+
+def gemm_parts(
+    g: Gemm, sms: int, roof: Roof, flops: Num, nbytes: Num, t: Num, k: Num, m: Num, resident: Num = 0
+) -> Parts:
     """A GEMM of ``t`` tokens × depth ``k`` × ``m`` outputs (its FLOPs and bytes as the bound
     counts them) as a real kernel takes it."""
     rows = token_tile(t, g.tile_t)
     tiles = _ceil(t / rows) * _ceil(m / g.tile_m)
     work = flops * tile_factor(t, m, rows, g.tile_m) * wave_factor(tiles, sms)
     eta = g.ceiling * k / (k + g.k_half)
-    return g.launch_s + arrays.maximum(
-        work / (eta * roof.peak_flops_per_s), nbytes / (g.memory * roof.bandwidth_bytes_per_s)
-    )
+    return Parts(g.launch_s, work / eta, nbytes / g.memory, resident / g.memory)
 
 
-def attention_time(
-    a: Attention, roof: Roof, flops: Num, nbytes: Num, d: int, s: Num, causal: bool, backward: bool = False
-) -> Num:
+def attention_parts(
+    a: Attention, roof: Roof, flops: Num, nbytes: Num, d: int, s: Num, causal: bool, backward: bool = False,
+    resident: Num = 0,
+) -> Parts:  # fmt: skip
     """Fused attention (prefill or training; ``backward``: its backward kernel) at head
     dimension ``d`` over ``s`` keys."""
     work = flops * (diagonal_factor(s, a.block) if causal else 1.0)
     eta = log_interp(a.ceiling, d) * s / (s + a.s_half) * (a.backward if backward else 1.0)
-    return a.launch_s + arrays.maximum(
-        work / (eta * roof.peak_flops_per_s), nbytes / (a.memory * roof.bandwidth_bytes_per_s)
-    )
+    return Parts(a.launch_s, work / eta, nbytes / a.memory, resident / a.memory)
 
 
-def decode_time(a: Attention, roof: Roof, flops: Num, nbytes: Num) -> Num:
+def decode_parts(a: Attention, roof: Roof, flops: Num, nbytes: Num, resident: Num = 0) -> Parts:
     """Attention of a few queries against a KV cache: the cache's stream at ``a.decode`` of the
     memory roof."""
-    return a.launch_s + arrays.maximum(
-        flops / roof.peak_flops_per_s, nbytes / (a.decode * roof.bandwidth_bytes_per_s)
-    )
+    return Parts(a.launch_s, flops, nbytes / a.decode, resident / a.decode)
 
 
-def memory_time(mem: Memory, roof: Roof, flops: Num, nbytes: Num) -> Num:
+def memory_parts(mem: Memory, roof: Roof, flops: Num, nbytes: Num, resident: Num = 0) -> Parts:
     """An element-wise pass, norm or copy: its bytes at ``mem.fraction`` of the memory roof (its
     FLOPs on the compute roof, which they never reach in practice)."""
-    return mem.launch_s + arrays.maximum(
-        flops / roof.peak_flops_per_s, nbytes / (mem.fraction * roof.bandwidth_bytes_per_s)
-    )
+    return Parts(mem.launch_s, flops, nbytes / mem.fraction, resident / mem.fraction)
 
 
-def kernel_time(profile: Profile, kind: str, roof: Roof, flops: Num, nbytes: Num, **shape: Any) -> Num:
+def kernel_parts(
+    profile: Profile, kind: str, roof: Roof, flops: Num, nbytes: Num, resident: Num = 0, **shape: Any
+) -> Parts:
     """One kernel by its kind (:data:`GEMM` with ``t, k, m, sms``; :data:`ATTENTION` with ``d, s,
-    causal``; :data:`DECODE`; :data:`MEMORY`)."""
-    if kind == GEMM:
-        return gemm_time(
-            profile.gemm, shape.get("sms", 0), roof, flops, nbytes, shape["t"], shape["k"], shape["m"]
+    causal``; :data:`DECODE`; :data:`MEMORY`; any other: the GEMM's ceiling and the memory's
+    fraction alone); ``resident`` of its bytes at the cache's bandwidth, as the bound charges them
+    (the same two levels, each at the profile's fraction)."""
+    if kind == GEMM and "t" in shape:
+        g = profile.gemm
+        return gemm_parts(
+            g, shape.get("sms", 0), roof, flops, nbytes, shape["t"], shape["k"], shape["m"], resident
         )
+    if kind == GEMM:  # a GEMM of unknown tiles (grouped experts): its ceiling alone
+        g = profile.gemm
+        return Parts(g.launch_s, flops / g.ceiling, nbytes / g.memory, resident / g.memory)
     if kind == ATTENTION:
         a = profile.attention
         causal, back = shape.get("causal", False), shape.get("backward", False)
-        return attention_time(a, roof, flops, nbytes, shape["d"], shape["s"], causal, back)
+        return attention_parts(a, roof, flops, nbytes, shape["d"], shape["s"], causal, back, resident)
     if kind == DECODE:
-        return decode_time(profile.attention, roof, flops, nbytes)
-    if kind == MEMORY:
-        return memory_time(profile.memory, roof, flops, nbytes)
-    raise ValueError(f"no forecast for a kernel of kind {kind!r}")
+        return decode_parts(profile.attention, roof, flops, nbytes, resident)
+    return memory_parts(profile.memory, roof, flops, nbytes, resident)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,23 +231,21 @@ class ForecastRoof(Roof):
             self.cache_bytes, self.cache_bandwidth_bytes_per_s,
         )  # fmt: skip
 
-    def kernel_time(
+    def kernel_parts(
         self, flops: Num, nbytes: Num, kernel: Mapping[str, Any] | None = None, resident: Num = 0
-    ) -> Num:
-        """The profile's time for the kernel (``resident``, the bound's cache share, is not asked:
-        the profile's efficiencies are fitted to measured kernels as they ran)."""
+    ) -> Parts:
+        """The profile's :class:`Parts` for the kernel, its ``resident`` bytes at the cache's
+        bandwidth as the bound has them (the identity profile gives the bound back, two levels and
+        all)."""
         shape = dict(kernel or {})
         kind = shape.pop("kernel", "")
         shape.setdefault("sms", self.sms)
-        if kind == GEMM and "t" not in shape:  # a GEMM of unknown tiles: its ceiling alone
-            shape |= {"t": 1, "k": 1, "m": 1}
-            g = self.profile.gemm
-            return g.launch_s + arrays.maximum(
-                flops / (g.ceiling * self.peak_flops_per_s), nbytes / (g.memory * self.bandwidth_bytes_per_s)
-            )
-        if kind in (GEMM, ATTENTION, DECODE, MEMORY):
-            return kernel_time(self.profile, kind, self, flops, nbytes, **shape)
-        return memory_time(self.profile.memory, self, flops, nbytes)
+        return kernel_parts(self.profile, kind, self, flops, nbytes, resident, **shape)
+
+    def kernel_time(
+        self, flops: Num, nbytes: Num, kernel: Mapping[str, Any] | None = None, resident: Num = 0
+    ) -> Num:
+        return self.kernel_parts(flops, nbytes, kernel, resident).time(self)
 
 
 def attention_kernels(
@@ -255,9 +272,12 @@ def attention_kernels(
     return out
 
 
-def cost_time(roof: Roof, cost: Cost, kernels: list[dict[str, Any]]) -> Num:
-    """Σ over ``cost``'s stages of each one's time on ``roof`` as kernel ``kernels[i]``."""
-    total: Num = 0.0
-    for st, k in zip(cost.stages, kernels, strict=True):
-        total = total + roof.kernel_time(st.flops, st.bytes, k)
-    return total
+def cost_time(roof: ForecastRoof, cost: Cost, kernels: list[dict[str, Any]]) -> Num:
+    """One kernel command's variant (``cost``, each stage the kernel ``kernels[i]``) as its bound
+    places it — its stages' work and traffic summed, timed in a loop
+    (:func:`attnroof.roofline.loop_resident`) — with each stage's efficiencies and fixed cost:
+    Σ launch + max(Σ compute, Σ memory)."""
+    total = Parts(0.0, 0.0, 0.0, 0.0)
+    for st, k, r in zip(cost.stages, kernels, loop_resident(cost, roof), strict=True):
+        total = total + roof.kernel_parts(st.flops, st.bytes, k, r)
+    return total.time(roof)
