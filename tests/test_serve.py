@@ -254,7 +254,8 @@ def test_requests_file():
 
 
 def _json(*args: str) -> dict:
-    r = run_cli("serve-sim", *args, "--json")
+    """serve-sim's JSON on the bounds (``--bound``): what these tests hold against ``model``."""
+    r = run_cli("serve-sim", *args, "--bound", "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -353,7 +354,7 @@ def test_cost_and_energy_are_the_max_rates():
     made = at["output_tokens_per_s"] * at["duration_s"]
     assert m["energy"]["joules_per_output_token"] == pytest.approx(700 * at["duration_s"] / made)
     assert m["energy"]["joules_per_output_token"] != pytest.approx(d["energy"]["joules_per_output_token"])
-    text = run_cli("serve-sim", *args).stdout
+    text = run_cli("serve-sim", *args, "--bound").stdout
     rate = f"{m['max_rate_per_s']:.3g}"
     cost = m["cost"]["usd_per_million_output_tokens"]
     assert f"cost at the max rate ({rate} requests/s)" in text and f"${cost:.3g} per million output" in text

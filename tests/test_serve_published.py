@@ -51,7 +51,10 @@ ENGINE = ("--model", "llama-3.1-70b", "--device", "mi300x", "--tp", "8", "--dtyp
 
 @functools.cache
 def _summary(*args: str) -> dict:
-    r = run_cli("serve-sim", *ENGINE, *args, "--json")
+    # the bound (what a measurement cannot beat), single-level as the docstrings' arithmetic is: the
+    # MI300X's 256 MiB Infinity Cache raises the two-level bound's throughput by 2.3% (54,393
+    # output tokens/s against 53,171), which the ratios below leave as they are
+    r = run_cli("serve-sim", *ENGINE, *args, "--bound", "--memory-levels", "1", "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)["summary"]
 

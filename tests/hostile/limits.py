@@ -52,7 +52,8 @@ def _summary(result: Any) -> dict[str, Any]:
 
 def _alone(result: Any, _dir: Path) -> None:
     """At 0.001 requests a second (the range's low end) each request runs alone: its TTFT and E2E
-    are a lone request's (--num-requests 1, all at once: 16.977 ms and 591.9 ms on an H100)."""
+    are a lone request's (--num-requests 1, all at once: 16.977 ms and 591.9 ms on an H100, its
+    single-level bound)."""
     s = _summary(result)
     assert math.isclose(s["latency_s"]["ttft"]["p99"], 0.01697683478425688, rel_tol=1e-9), s["latency_s"]
     assert math.isclose(s["latency_s"]["e2e"]["p50"], 0.5918521359997158, rel_tol=1e-9), s["latency_s"]
@@ -101,7 +102,7 @@ CASES: list[Case] = [
     ),
     Case(
         "--burstiness 1e4 is steady arrivals",
-        (*S, "--rate", "10", "--burstiness", "1e4", "--json"),
+        (*S, "--rate", "10", "--burstiness", "1e4", "--bound", "--json"),
         error=None,
         check=_steady,
     ),
@@ -117,13 +118,13 @@ CASES: list[Case] = [
     ),
     Case(
         "--rate 0.001: each request alone",
-        (*S[:5], "--num-requests", "3", "--rate", "0.001", "--json"),
+        (*S[:5], "--num-requests", "3", "--rate", "0.001", "--bound", "--memory-levels", "1", "--json"),
         error=None,
         check=_alone,
     ),
     Case(
         "--max-rate stops at the lowest rate",
-        (*S, "--max-rate", "--slo-ttft", "1ns"),
+        (*S, "--max-rate", "--slo-ttft", "1ns", "--bound", "--memory-levels", "1"),
         error=None,
         check=_noted("max rate: none — even 0.00118 requests/s misses p90 TTFT ≤ 1 ns"),
     ),

@@ -97,6 +97,11 @@ def spread_totals_json(
     """A plan's forecast figures for its totals: the step's time, tokens/s, and for a training
     step the MFU over all its devices (PaLM's model FLOPs, as the bound's ``mfu`` counts them)."""
     out: dict[str, Any] = {"forecast_time_s": time_s}
+    if s.phase != "train":
+        return out | {
+            "forecast_tokens_per_s": s.batch / time_s if s.phase == "decode" else None,
+            "forecast_ttft_s": time_s if s.phase == "prefill" else None,
+        }
     if s.phase == "train":
         from attnroof.model.training import model_flops
 
@@ -140,6 +145,9 @@ def plan_forecast_json(out: dict[str, Any], ahead: Any, s: Any, job: Any) -> dic
 
     for st, fst in zip(out["stages"], serial.stages, strict=True):
         st["forecast_time_s"] = stage_forecast(fst, profile)
+    slow = max(serial.stages, key=lambda st: stage_forecast(st, profile))
+    for op, fo in zip(out["ops"], slow.ops, strict=False):  # the kernels first, then the collectives
+        op["forecast_time_s"] = fo.time_s
     out["forecast"] = forecast_json(profile, _level(job), t, s.bound_time_s)
     return out
 
