@@ -211,9 +211,11 @@ def test_a_group_across_nodes_rides_every_nic_of_a_node_and_nvlink_inside():
     ],
 )
 def test_across_nodes_each_collective_sends_what_must_leave_a_node(fn, nic, least, steps, local):
-    c = across_nodes(fn(M, 32), group_link(HGX_H100, 32, 1, "32 devices"))
+    ring = fn(M, 32)
+    c = across_nodes(ring, group_link(HGX_H100, 32, 1, "32 devices"))
     assert c.algorithm == HIERARCHICAL and c.per_node == 8
-    assert (c.bytes_per_device, c.least_bytes, c.steps, c.local_steps) == pytest.approx(
+    assert c.bytes_per_device == pytest.approx(ring.bytes_per_device)  # in all: the ring's, most on NVLink
+    assert (c.network_bytes, c.least_bytes, c.steps, c.local_steps) == pytest.approx(
         (nic, least, steps, local)
     )
 
@@ -223,7 +225,8 @@ def test_across_nodes_a_send_stays_a_send_and_one_a_node_keeps_the_rings_bytes()
     assert send_recv(M).on(link) == pytest.approx(3.6e-6 + 2.7e-6 + M / 50e9)
     c, t = fastest(reduce_scatter(M, 4), link)
     # g = 1: X = 3/4 · M from each device's one NIC, the ring's bytes; ⌊log₂ 4⌋ = 2 hops, not 3
-    assert (c.algorithm, c.bytes_per_device, c.steps, c.local_steps) == (HIERARCHICAL, 3 / 4 * M, 2, 0)
+    assert (c.algorithm, c.network_bytes, c.steps, c.local_steps) == (HIERARCHICAL, 3 / 4 * M, 2, 0)
+    assert c.bytes_per_device == c.network_bytes
     assert t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 3 / 4 * M / 50e9)
 
 
@@ -236,7 +239,8 @@ def test_the_oci_16_gib_all_reduce_over_two_hgx_h100_nodes_by_hand():
     42.960 ms, 1.61× under the measurement; the ring over all 16 at one NIC's β was 0.644 s."""
     m = 2**34
     c, t = fastest(all_reduce(m, 16), group_link(HGX_H100, 16, 1, "16 devices"))
-    assert (c.bytes_per_device, c.least_bytes, c.steps, c.local_steps) == (2**31, m, 2, 2)
+    assert (c.network_bytes, c.least_bytes, c.steps, c.local_steps) == (2**31, m, 2, 2)
+    assert c.bytes_per_device == 2 * 15 / 16 * m  # in all, as a ring sends: 7/8 · 2M of it on NVLink
     assert t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 2 * 0.47e-6 + 2**31 / 50e9)
     assert t == pytest.approx(42.960e-3, rel=1e-4) and t < 69.338e-3
     assert all_reduce(m, 16).time_s(50e9, 2.7e-6, 3.6e-6) == pytest.approx(0.6443, rel=1e-3)  # the old ring
@@ -251,7 +255,7 @@ def test_two_hgx_a100_nodes_by_hand():
     m = 10 * 2**30
     links = replace(get_device("A100 SXM 40GB").links, scaleout_bytes_per_s=25e9)
     c, t = fastest(all_reduce(m, 16), group_link(links, 16, 1, "16 devices"))
-    assert c.bytes_per_device == m / 8 and c.least_bytes / (300e9 + 25e9) < c.bytes_per_device / 25e9
+    assert c.network_bytes == m / 8 and c.least_bytes / (300e9 + 25e9) < c.network_bytes / 25e9
     assert t == pytest.approx(9.94e-6 + m / 8 / 25e9) and t == pytest.approx(53.697e-3, rel=1e-4)
     assert t < 90.33e-3
     p4d = all_reduce(m, 16).on(group_link(get_device("A100 SXM 40GB").links, 16, 1, "16 devices"))
@@ -266,7 +270,7 @@ def test_a_small_all_reduce_across_four_nodes_pays_a_trees_hops_not_a_rings():
     measure 6.3 ms at 32 KiB through all_reduce_bench.py (data/public/collectives.jsonl)."""
     m = 8192
     c, t = fastest(all_reduce(m, 32), group_link(HGX_H100, 32, 1, "--tp 32"))
-    assert (c.steps, c.local_steps, c.bytes_per_device) == (4, 2, 1536)
+    assert (c.steps, c.local_steps, c.network_bytes) == (4, 2, 1536)
     assert t == pytest.approx(3.6e-6 + 4 * 2.7e-6 + 2 * 0.47e-6 + 1536 / 50e9)
     assert t == pytest.approx(15.371e-6, rel=1e-4)
     assert t < 4.4e-6 + 2 * (7 * 0.52e-6 + 2 * 5.0e-6) < all_reduce(m, 32).time_s(50e9, 2.7e-6, 3.6e-6)
@@ -283,7 +287,7 @@ def test_a_wide_domain_is_bound_by_what_each_device_takes_in():
         scaleup_bytes_per_s=900e9, scaleup_domain=72, scaleout_bytes_per_s=50e9, scaleup_peer_access=True
     )
     c, t = fastest(all_reduce(2**30, 144), group_link(links, 144, 1, "144 devices"))
-    assert c.bytes_per_device == 2**30 / 72
+    assert c.network_bytes == 2**30 / 72
     assert t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 2 * 0.47e-6 + 2**30 / 950e9)
 
 

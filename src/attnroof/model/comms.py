@@ -91,7 +91,11 @@ class CommOp:
             "layer_kind": self.layer_kind,
             "operator": self.comm.collective,
             "algorithm": self.comm.algorithm,
-            **({"devices_per_node": self.comm.per_node} if self.comm.per_node else {}),
+            **(
+                {"devices_per_node": self.comm.per_node, "network_bytes": float(self.comm.network_bytes)}
+                if self.comm.per_node
+                else {}
+            ),
             **({"pass": self.pass_name} if self.pass_name else {}),
         }
 

@@ -126,8 +126,11 @@ class Comm:
     steps: Any
     algorithm: str = RING
     per_node: int = 0
-    """Across nodes (:func:`across_nodes`): its devices in each node, g; ``bytes_per_device`` is
-    then what each device's NIC sends (X/g) and ``steps`` the hops across. 0: one link carries it."""
+    """Across nodes (:func:`across_nodes`): its devices in each node, g, and ``steps`` the hops
+    across; 0: one link carries it all."""
+    network_bytes: Num = 0
+    """Across nodes: the part of ``bytes_per_device`` that leaves the node on the device's NIC
+    (X/g); the rest rides the scale-up link."""
     least_bytes: Num = 0
     """Across nodes: what each device must at least take in or send, D, over its NIC and its
     scale-up link together."""
@@ -156,7 +159,7 @@ class Comm:
             return self.time_s(beta, link.latency_s, link.base_latency_s)
         inner = link.inner
         up_latency = inner.latency_s if inner is not None else 0.0
-        wire = self.bytes_per_device / beta  # X/g over each NIC
+        wire = self.network_bytes / beta  # X/g over each NIC
         if self.per_node > 1 and inner is not None:
             wire = arrays.maximum(wire, self.least_bytes / (beta + inner.bandwidth_bytes_per_s))
         return link.base_latency_s + self.steps * link.latency_s + self.local_steps * up_latency + wire
@@ -170,12 +173,14 @@ class Comm:
             self,
             message_bytes=self.message_bytes * k,
             bytes_per_device=self.bytes_per_device * k,
+            network_bytes=self.network_bytes * k,
             least_bytes=self.least_bytes * k,
         )
 
     def to_json(self) -> dict[str, Any]:
         across = {
             "devices_per_node": self.per_node,
+            "network_bytes_per_device": self.network_bytes,
             "least_bytes_per_device": self.least_bytes,
             "local_steps": self.local_steps,
         }
@@ -315,14 +320,17 @@ def across_nodes(comm: Comm, link: Any) -> Comm:
     """``comm`` over a group that spans nodes, ``link.per_node`` of its devices in each (g; k =
     n/g nodes, a fraction where the layout is uneven), each on its own NIC (``link``) with the
     scale-up link ``link.inner`` between them: what each NIC sends (X/g), what each device must
-    move (D), the hops across and inside a node (the module's last table). A send stays a send.
+    move (D), the hops across and inside a node (the module's last table). Its bytes per device
+    are the hierarchical ring's in all, the flat ring's figure (an all-reduce: 2 (g − 1)/g · M in
+    the node and 2 (k − 1)/k · M/g on the NIC, 2 (n − 1)/n · M), of which X/g cross the network.
+    A send stays a send.
 
     >>> from attnroof.devices.links import Link
     >>> nvlink = Link("scale-up", 450e9, 0.47e-6, peer_access=True)
     >>> nic = Link("scale-out", 50e9, 2.7e-6, per_node=8, inner=nvlink)   # 2 HGX nodes of 8
     >>> c = across_nodes(all_reduce(2**30, 16), nic)   # 1 GiB: X = 2 · 1/2 · M, an eighth a NIC
-    >>> c.bytes_per_device, c.least_bytes, c.steps, c.local_steps
-    (134217728.0, 1073741824, 2, 2)
+    >>> c.bytes_per_device, c.network_bytes, c.least_bytes, c.steps, c.local_steps
+    (2013265920.0, 134217728.0, 1073741824, 2, 2)
     """
     n, m = comm.devices, comm.message_bytes
     g = min(link.per_node, n)
@@ -333,13 +341,14 @@ def across_nodes(comm: Comm, link: Any) -> Comm:
     inner = link.inner
     reach = inner is not None and (inner.peer_access or inner.switch_reduction)
     h = 0 if g == 1 else 1 if reach else g - 1
+    share = (n - 1) / n * m  # what a device sends in all (and D, but for an all-reduce)
     if comm.collective == ALL_REDUCE:
-        sent, least, steps, local = 2 * (k - 1) / k * m / g, m, 2 * hops, 2 * h
+        sent, out, least, steps, local = 2 * share, 2 * (k - 1) / k * m / g, m, 2 * hops, 2 * h
     elif comm.collective == ALL_TO_ALL:
-        sent, least, steps, local = (k - 1) / k * m, (n - 1) / n * m, n - g, g - 1
+        sent, out, least, steps, local = share, (k - 1) / k * m, share, n - g, g - 1
     else:  # reduce-scatter, all-gather
-        sent, least, steps, local = (k - 1) / k * m / g, (n - 1) / n * m, hops, h
-    return Comm(comm.name, comm.collective, n, m, sent, steps, HIERARCHICAL, g, least, local)
+        sent, out, least, steps, local = share, (k - 1) / k * m / g, share, hops, h
+    return Comm(comm.name, comm.collective, n, m, sent, steps, HIERARCHICAL, g, out, least, local)
 
 
 def algorithms(comm: Comm, link: Any) -> tuple[Comm, ...]:
