@@ -279,8 +279,8 @@ def test_listing_falls_back_to_fp16_then_dash():
         "t.toml",
     )
     (a, b) = catalog_rows([fp16_only, fp32_only])
-    assert a[2] == "100 (fp16)" and a[8] == "100.0"  # 100e12 / 1e12 = 100.0
-    assert b[2] == b[5] == b[6] == b[8] == "—"  # no peak, no board power, no link, no ridge
+    assert a[2] == "100 (fp16)" and a[9] == "100.0"  # 100e12 / 1e12 = 100.0
+    assert b[2] == b[5] == b[6] == b[7] == b[9] == "—"  # no peak, no cache, no board power, no link, no ridge
 
 
 # ---------------------------------------------------------------- the user's devices

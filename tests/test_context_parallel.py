@@ -197,7 +197,7 @@ def test_llama3_405b_with_cp_16_at_131k_tokens_is_above_metas_measured_38_percen
     """The Llama 3 paper (Dubey et al. 2024, arXiv 2407.21783), Table 4's long-context row:
     16,384 H100s, TP 8, CP 16, PP 16, DP 8, sequences of 131,072 tokens, batch size 16 per DP
     group (16M tokens a step: 8 · 16 · 131,072 = 16,777,216), measured 380 TFLOP/s a GPU, 38%
-    BF16 MFU. attnroof's bound: MFU ≤ 47.3% without recomputation (42.0% selective), with
+    BF16 MFU. attnroof's bound: MFU ≤ 47.4% without recomputation (42.1% selective), with
     each device's 8,192 tokens a sequence through 126/16 ≈ 8 layers at the roofline, the ring
     hidden behind the kernels, and 1F1B's bubble (16 micro-batches over 16 stages). Activations
     keep 68 GB of the 80 GB H100's: it fits without full recomputation."""

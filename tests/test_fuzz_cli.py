@@ -9,7 +9,8 @@ an unknown flag or a mistyped command. Whatever it gets, attnroof must:
 - exit with 0 or 2, never print a traceback or "internal error";
 - on 2, print exactly one line on stderr;
 - on 0 with ``--json``, print strict JSON (no NaN/Infinity) whose time, byte and FLOP fields are
-  finite and ≥ 0, with fused bytes ≤ unfused bytes and time bound = max(F/P, bytes/B).
+  finite and ≥ 0, with fused bytes ≤ unfused bytes and time bound = max(F/P, (bytes − R)/B + R/B_c),
+  R the bytes resident in the cache (0 on a single-level roof).
 
 At least half of the generated commands must succeed. Commands run in-process through
 :func:`attnroof.cli.main` (a subprocess each would take minutes); a few run as a user runs them.
@@ -137,6 +138,8 @@ def _device(draw: Any, *, multi_dtype: bool = False) -> list[str]:
         out += ["--bandwidth", draw(st.sampled_from(["3.35T", "4e12", "819e9", "1e16"]))]
     if draw(st.integers(0, 4)) == 0:
         out += ["--capacity", draw(st.sampled_from(["80G", "192e9", "16G"]))]
+    if draw(st.integers(0, 4)) == 0:
+        out += ["--memory-levels", draw(st.sampled_from(["1", "2"]))]
     return out
 
 
@@ -545,9 +548,13 @@ def check_json(argv: list[str], text: str) -> None:
                     assert obj[rate] >= obj[f"estimate_{rate}"] * (1 - 1e-12), (path, rate)
     if argv[0] in ("attention", "decode", "linear"):  # the device figures sit beside the placements
         peak, bw = data.get("peak_flops_per_s"), data.get("bandwidth_bytes_per_s")
+        cache_bw = data.get("cache_bandwidth_bytes_per_s")
         for _, obj in _walk(data):
             if peak and bw and all(_is_number(obj.get(k)) for k in ("flops", "bytes", "time_s")):
-                bound = max(obj["flops"] / peak, obj["bytes"] / bw)  # time ≥ max(F/P, bytes/B)
+                r = obj.get("resident_bytes") or 0.0  # R, at the cache's bandwidth (each kernel's ≤ its size)
+                assert r == 0 or (cache_bw and r <= obj["bytes"] * (1 + 1e-12)), obj
+                memory = (obj["bytes"] - r) / bw + (r / cache_bw if r else 0.0)
+                bound = max(obj["flops"] / peak, memory)  # time ≥ max(F/P, (bytes − R)/B + R/B_c)
                 assert obj["time_s"] == pytest.approx(bound, rel=1e-9), obj
 
 

@@ -59,7 +59,8 @@ SLACK = 1e-9
 """Relative: a bound equal to the measurement (a rounded source figure) still holds."""
 
 NEEDS = {
-    "l2": "needs rule l2: a warm working set smaller than L2 is read at the cache's bandwidth, not HBM's",
+    "l2": "needs rule l2 on the RTX 5090: its rows are warm, but the catalog has no sourced L2 "
+    "bandwidth for it (a device without one keeps the single-level bound)",
 }
 """The rules not in this tree whose rows fail today, with why."""
 
@@ -107,12 +108,16 @@ def device(name: str) -> Device:
     return get_device(name)
 
 
-def roof(dev: Device, dtype: str) -> Roof:
+def roof(dev: Device, dtype: str, l2: str = "unknown") -> Roof:
     """The device's roof for ``dtype``; without a peak for it, its fastest peak (a lower compute
-    time than the dtype's own, so still a bound)."""
+    time than the dtype's own, so still a bound). A row timed with L2 flushed (``l2`` cold) has
+    nothing resident: the single-level roof; warm or unknown, the device's cache where it has a
+    figure (rule l2, :func:`attnroof.roofline.loop_resident`)."""
+    levels = 1 if l2 == "cold" else 2
     if dtype in dev.peak_flops_per_s:
-        return Roof.of(dev, dtype)
-    return Roof(max(dev.peak_flops_per_s.values()), dev.bandwidth_bytes_per_s, dev.name, dtype)
+        return Roof.of(dev, dtype, levels=levels)
+    fastest = max(dev.peak_flops_per_s, key=lambda d: dev.peak_flops_per_s[d])
+    return replace(Roof.of(dev, fastest, levels=levels), dtype=dtype)
 
 
 # ---------------------------------------------------------------- collectives
@@ -193,7 +198,7 @@ PASSES = {"fwd": (FORWARD,), "bwd": (BACKWARD,), "fwd+bwd": (FORWARD, BACKWARD)}
 def kernel_bound(r: dict[str, Any]) -> float:
     """Each pass's kernel placed on the roof, the times summed (the passes run one after another)."""
     n, h = _n_h(r)
-    on = roof(device(r["device"]), r["dtype"])
+    on = roof(device(r["device"]), r["dtype"], r["l2"])
     return sum(float(place(table[r["op"]](n, h, _item(r)), on).time_s) for table in PASSES[r["pass"]])
 
 

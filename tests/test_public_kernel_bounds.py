@@ -52,7 +52,9 @@ SOURCES = tomllib.loads((PUBLIC / "sources.toml").read_text(encoding="utf-8"))
 
 
 def roof(row: dict) -> Roof:
-    return Roof.of(get_device(row["device"]), row["dtype"])
+    """The catalog's roof; single-level for a row timed with L2 flushed (``l2`` cold), else with
+    the device's cache where it has a figure (a kernel timed in a loop: rule l2)."""
+    return Roof.of(get_device(row["device"]), row["dtype"], levels=1 if row.get("l2") == "cold" else 2)
 
 
 def fa_flops(row: dict) -> float:
@@ -108,7 +110,7 @@ def gemm_cost(row: dict):
 
 
 def bound_s(row: dict) -> float:
-    """attnroof's lower bound on the kernel's time, in seconds: max(F/P, bytes/B)."""
+    """attnroof's lower bound on the kernel's time, in seconds: max(F/P, (bytes − R)/B + R/B_c)."""
     if row["kind"] == "gemm":
         return place(gemm_cost(row), roof(row)).time_s
     if row["kind"] == "attention":

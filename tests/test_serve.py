@@ -300,8 +300,11 @@ MAX_RATE_CASES = {
     "8b-2048": ["--model", "llama-3.1-8b", "--device", "h100", "--input-len", "2048", "--output-len", "256"],
     "8b-512": ["--model", "llama-3.1-8b", "--device", "h100", "--input-len", "512", "--output-len", "128"],
     "8b-tight": ["--model", "llama-3.1-8b", "--device", "h100", "--input-len", "2048", "--output-len", "256",
-                 "--slo-ttft", "150ms", "--slo-tpot", "30ms"],
+                 "--slo-ttft", "150ms", "--slo-tpot", "30ms", "--memory-levels", "1"],
 }  # fmt: skip
+"""8b-tight is on the single-level roof it was found on: with the H100's L2 counted, the answer on
+1,000 requests sits within 3% of the 30 ms TPOT limit, and the 5,000-request run's p90 crosses it
+(30.8 ms) — the search's answer is a sample's, not a margin."""
 
 
 @pytest.mark.parametrize("case", sorted(MAX_RATE_CASES))
@@ -658,9 +661,12 @@ def test_chunked_local_attention_prefills_in_chunks():
     """Llama 4 Scout's chunked local layers have a chunk rule: a 20,000-token prompt runs in five
     chunks of the step's 4,096-token budget (the local layers by the local-chunk formula, the
     global ones by attention's), not whole; its TTFT, the five steps' sum, is a little longer
-    than one whole prefill's (each step reads the weights and the cached K/V again)."""
+    than one whole prefill's (each step reads the weights and the cached K/V again) — on the
+    single-level bound: with the L2 counted, a 4,096-token chunk's activations (42 MB) fit in the
+    H200's 50 MB and its element-wise kernels read them from there, which a 20,000-token prompt's
+    cannot, and the chunked prefill comes out 1% shorter."""
     flags = ("--model", "llama-4-scout", "--device", "h200", "--tp", "4", "--output-len", "4", "--num-requests",
-             "1", "--rate", "1")  # fmt: skip
+             "1", "--rate", "1", "--memory-levels", "1")  # fmt: skip
     chunked = _json(*flags, "--input-len", "20000", "--max-num-batched-tokens", "4096")
     whole = _json(*flags, "--input-len", "20000", "--max-num-batched-tokens", "20000")
     t_chunked = chunked["summary"]["latency_s"]["ttft"]["mean"]

@@ -230,6 +230,7 @@ PACKAGE_RANKS = [
     {"ops"},
     {"roofline", "row", "footprint"},
     {"operators", "solve"},
+    {"profiles"},  # efficiency profiles and a kernel's forecast (issue 34)
     {"attnroof", "analysis", "passes"},
     {"sheet", "sheet_backward", "model"},
     {"beyond"},  # attention beyond softmax (issue 23): the variants, and the hybrids' caches
@@ -263,7 +264,8 @@ MODEL_RANKS = [
     {"busy"},  # a stage's time from its kernels and collectives, on arrays
     {"spread"},  # prefill and decode across devices
     {"train_spread", "plans", "search"},  # training across devices; choosing a plan, searching them all
-    {"plan_table"},  # training plans costed on arrays (a search's)
+    {"plan_table"},
+    {"forecast"},  # a plan's forecast (issue 34)  # training plans costed on arrays (a search's)
     {"model"},  # the package's face (model/__init__.py)
 ]
 """The model package's modules from the bottom up: each imports only modules of lower ranks."""

@@ -95,6 +95,7 @@ class Comparison:
             "ridge": self.roof.ridge,
             "peak_flops_per_s": self.roof.peak_flops_per_s,
             "bandwidth_bytes_per_s": self.roof.bandwidth_bytes_per_s,
+            **self.roof.cache_json(),
             "traffic_ratio": self.traffic_ratio,
             "speedup_ceiling": self.speedup_ceiling,
             labels[0]: self.unfused.to_json(),

@@ -25,13 +25,16 @@ def _total(values: Iterable[Num]) -> Num:
 
 @dataclass(frozen=True, slots=True)
 class Access:
-    """One tensor crossing off-chip memory: its name and its size in bytes."""
+    """One tensor crossing off-chip memory: its name, its size in bytes, and whether it is a
+    weight (a parameter the step reads, not an activation or a cache it computed): the roofline's
+    cache rules treat the two apart (:func:`attnroof.roofline.step_resident`)."""
 
     tensor: str
     bytes: Num
+    weight: bool = False
 
     def scaled(self, k: Num) -> Access:
-        return Access(self.tensor, self.bytes * k)
+        return Access(self.tensor, self.bytes * k, self.weight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,11 @@ class Stage:
     @property
     def bytes(self) -> Num:
         return self.bytes_read + self.bytes_written
+
+    @property
+    def weight_bytes_read(self) -> Num:
+        """Bytes of the weights it reads (the reads marked ``weight``)."""
+        return _total(a.bytes for a in self.reads if a.weight)
 
     def scaled(self, k: Num) -> Stage:
         """The same kernel run ``k`` times (over a batch, over heads)."""

@@ -160,6 +160,28 @@ class Operator:
             kwargs["grad_itemsize"] = grad_itemsize
         return op.backward(*call.args, **kwargs)
 
+    def kernel_shape(self, row: OpInstance, step: Step, *, backward: bool = False) -> dict[str, Any]:
+        """What a forecast needs of one run of ``row`` at ``step`` beside its FLOPs and bytes
+        (:mod:`attnroof.profiles.kernels`): the kernel's kind — ``gemm`` (a dense weight GEMM's
+        tokens ``t``, depth ``k`` and outputs ``m``; another GEMM, such as grouped experts, its
+        kind alone), ``attention`` (prefill: head dimension ``d``, keys ``s``, causal), ``decode``
+        (a few queries against a cache), ``memory`` (an element-wise pass) — from the rules the
+        entry already has; ``backward``: the row's backward kernel."""
+        if self.kind == GEMM:
+            if self.gemm is None or self.bind is None:
+                return {"kernel": "gemm"}
+            k, m = self.gemm(row.shape)
+            return {"kernel": "gemm", "t": self.bind(row, step).args[0], "k": k, "m": m}
+        if self.kind == ATTENTION:
+            if step.phase != PREFILL:
+                return {"kernel": "decode"}
+            s = step.context * row.shape.get("context_shards", 1)
+            d = row.shape.get("head_dim") or row.shape.get("qk_rope_head_dim", 0) + row.shape.get(
+                "qk_nope_head_dim", 0
+            )
+            return {"kernel": "attention", "d": d or 128, "s": s, "causal": True, "backward": backward}
+        return {"kernel": "memory" if self.kind == MEMORY_PASS else "collective"}
+
     def cut(self, row: OpInstance, t: int) -> tuple[dict[str, Any], float]:
         """``row``'s shape on one of ``t`` tensor-parallel devices, and the share of its
         parameters that device keeps."""

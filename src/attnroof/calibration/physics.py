@@ -39,6 +39,7 @@ from attnroof.calibration import splitkv
 from attnroof.cost import Cost
 from attnroof.dtypes import dtype
 from attnroof.ops import attention, decode, linear
+from attnroof.profiles.kernels import diagonal_factor
 
 ATTENTION, DECODE, LINEAR = "attention", "decode", "linear"
 KINDS = (ATTENTION, DECODE, LINEAR)
@@ -148,17 +149,6 @@ def cost_of(kind: str, impl: str, shape: Mapping[str, Any], dt: str) -> Cost:
             shape["s"], shape["d"], causal=bool(shape["causal"]), mask_pass=impl in MASKING, **kw
         )
     return decode(shape["s"], shape["d"], **kw)
-
-
-def diagonal_factor(s: int, block: int) -> float:
-    """Share of a causal s × s score square computed by a kernel of ``block`` tiles, over the ½
-    the model counts: ``(nb + 1)/nb`` for ``nb = ⌈s/block⌉`` tiles a side.
-
-    >>> diagonal_factor(512, 128)    # 4 tiles a side: 10 of 16 computed, 5/8 over 1/2
-    1.25
-    """
-    nb = math.ceil(s / block)
-    return (nb + 1) / nb
 
 
 def wave_factor(units: int, sms: int | None) -> float:

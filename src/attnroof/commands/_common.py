@@ -242,6 +242,11 @@ def add_device_args(
         metavar="W",
         help="override board power in watts (energy per token charges it), e.g. 700",
     )
+    g.add_argument(
+        "--memory-levels", type=int, choices=(1, 2), default=2,
+        help="2 (default): bytes that may be in the device's last-level cache at its bandwidth, where the "
+        "catalog has one (docs/devices.md); 1: the single-level bound, every byte at the memory's",
+    )  # fmt: skip
 
 
 def add_softmax_arg(p: argparse.ArgumentParser) -> None:
@@ -307,7 +312,7 @@ def dtype_from_args(args: argparse.Namespace) -> DType:
 def roof_from_args(args: argparse.Namespace) -> tuple[Device, DType, Roof]:
     dev = device_from_args(args)
     dt = dtype_from_args(args)
-    return dev, dt, Roof.of(dev, dt)
+    return dev, dt, Roof.of(dev, dt, levels=getattr(args, "memory_levels", 2))
 
 
 def resolve_heads(args: argparse.Namespace, *, default: int | None = None) -> int:

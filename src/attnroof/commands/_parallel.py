@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from attnroof.commands import _forecast
 from attnroof.commands._common import device_figure, emit_json, int_list, positive_int
 from attnroof.commands._train import SHARDING_FLAGS, recompute_of, sharding_choices, sharding_of
 from attnroof.errors import InputError
@@ -185,14 +186,17 @@ def run_parallel(job: Any) -> int:
             param="--zero",
         )
 
-    def run(p: Plan) -> Spread:
+    def run(
+        p: Plan, roof: Any = None, on: Links | None = None
+    ) -> Spread:  # a forecast's roof and links, or the bound's
+        roof, on = roof or job.roof, on or links
         if args.phase == TRAIN:
             return train_spread(
-                job.model, args.batch, args.context, job.roof, links, p, _train_prec(job),
+                job.model, args.batch, args.context, roof, on, p, _train_prec(job),
                 capacity_bytes=job.device.capacity_bytes, fused=job.fused, recompute=recompute_of(args),
             )  # fmt: skip
         return spread(
-            job.model, args.phase, args.batch, args.context, job.roof, links, p, job.prec,
+            job.model, args.phase, args.batch, args.context, roof, on, p, job.prec,
             capacity_bytes=job.device.capacity_bytes, fused=job.fused, **job.options,
         )  # fmt: skip
 
@@ -212,7 +216,7 @@ def run_parallel(job: Any) -> int:
     if args.sweep_tp:
         runs = [run(replace(plan, tp=t)) for t in args.sweep_tp]
         return _emit_sweep(job, runs)
-    return _emit(job, run(plan), links)
+    return _emit(job, run(plan), links, _forecast.plan_forecast(job, plan, run, links))
 
 
 def _train_prec(job: Any) -> TrainPrecision:
@@ -261,23 +265,20 @@ def head_of(job: Any) -> dict[str, Any]:
     return {**job.json_head(), "batch": job.args.batch}
 
 
-def _emit(job: Any, s: Spread, links: Links) -> int:
+def _emit(job: Any, s: Spread, links: Links, ahead: Any = None) -> int:
     from attnroof.commands import _calibration
 
     a = job.args
     cal = _calibration.load(a, job.device, job.dt)
     pred = None if cal is None else _calibration.spread_step(a, cal, job.model, s, job.prec, job.fused)
     if a.json:
-        emit_json(
-            {**head_of(job), **spread_json(job, s, links)} | ({} if pred is None else {"predicted": pred})
-        )
+        out = {**head_of(job), **spread_json(job, s, links)} | ({} if pred is None else {"predicted": pred})
+        emit_json(_forecast.plan_forecast_json(out, ahead, s, job))
         return 0
-    from attnroof.text.parallel import spread_text
+    from attnroof.text.parallel import forecast_text, spread_text
 
-    print(spread_text(job.setting, s, links, text_setting(job)))
+    print(spread_text(job.setting, s, links, text_setting(job)) + _forecast.plan_forecast_line(ahead, s, job))
     if pred is not None:
-        from attnroof.text.parallel import forecast_text
-
         print("\n" + forecast_text(pred, a.batch, a.phase == "decode"))
     return 0
 

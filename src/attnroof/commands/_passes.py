@@ -50,6 +50,7 @@ def pass_crossover_run(args: argparse.Namespace, dev: Device, dt: DType, roof: R
                 "causal": args.causal,
                 "pass": args.pass_,
                 "ridge": roof.ridge,
+                **roof.cache_json(),
                 **{label: c.to_json() for label, c in res.items()},
                 "forward": {label: c.to_json() for label, c in forward.items()},
             }

@@ -171,6 +171,7 @@ def train_head(
         "recompute": recompute_of(args),
         "fused": not args.unfused,
         "ridge": roof.ridge,
+        **roof.cache_json(),
         "config": config_json(model),
         "context_beyond_model_limit": bool(past_positions(model, [args.context])),
     }
@@ -204,20 +205,44 @@ def run_train(
         fused=not args.unfused,
         recompute=recompute,
     )
+    from attnroof.commands import _forecast
+
+    fc_roof = _forecast.forecast_roof(args, dev, dt, roof)
+    f = None
+    if fc_roof is not None:
+        f = analyse_train(
+            model, args.batch, args.context, fc_roof, prec, capacity_bytes=dev.capacity_bytes,
+            fused=not args.unfused, recompute=recompute,
+        ).totals  # fmt: skip
     if args.json:
+        totals = a.totals.to_json()
+        extra = {}
+        if f is not None:
+            totals |= {
+                "forecast_time_s": f.time_s,
+                "forecast_tokens_per_s": f.tokens / f.time_s,
+                "forecast_mfu": f.mfu,
+            }
+            extra["forecast"] = _forecast.forecast_json(fc_roof.profile, "train", f.time_s, a.totals.time_s)
         emit_json(
             {
                 **train_head(model, args, dev, roof, dt, wdt),
                 "ops": [o.to_json() for o in a.ops],
-                "totals": a.totals.to_json(),
+                "totals": totals,
                 "memory": a.memory.to_json(),
                 "notes": a.notes,
             }
+            | extra
         )
         return 0
     from attnroof.text.training import train_text
 
     print(train_text(train_header(model, args, dev, roof, dt, wdt), a))
+    if f is not None:
+        from attnroof.text.forecast import forecast_line
+
+        line = forecast_line(fc_roof.profile, "train", f.time_s, a.totals.time_s, "step")
+        print(f"\n{line}; forecast MFU {f.mfu:.1%}")
     return 0
 
 

@@ -10,7 +10,7 @@ from attnroof.analysis import (
     Comparison,
     stage_json,
 )
-from attnroof.commands import _calibration
+from attnroof.commands import _calibration, _forecast
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -148,6 +148,7 @@ def _attention_setup(p: argparse.ArgumentParser) -> None:
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -165,6 +166,7 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
         **extra,
     )
     cmp = Comparison.of(formula(args.s, args.d, **kw), formula(args.s, args.d, fused=True, **kw), roof)
+    ahead = _forecast.comparison_forecast(args, dev, dt, roof, cmp, kind, bool(extra.get("causal")))
     cal = _calibration.load(args, dev, dt)
     fc = None
     if cal is not None:
@@ -175,16 +177,17 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
         fc = _calibration.predicted(args, cal, kind, {**shape, "causal": bool(extra.get("causal"))})
     if args.json:
         pred = {} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}
-        emit_json(
-            {
-                "device": dev.name,
-                "dtype": dt.name,
-                **_shape_json(args),
-                **pass_json(args),
-                **cmp.to_json(),
-                **pred,
-            }
-        )
+        out = {
+            "device": dev.name,
+            "dtype": dt.name,
+            **_shape_json(args),
+            **pass_json(args),
+            **cmp.to_json(),
+            **pred,
+        }
+        if ahead is not None:
+            ahead.into(out)
+        emit_json(out)
     else:
         heads = f"batch={args.batch} heads={args.heads} group={args.group}"
         text = comparison_text(f"{title} {heads}", cmp, render.device_line(dev, roof))
@@ -193,6 +196,8 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
 
             text += "\n\n" + recompute_note(cmp)
         print(text)
+        if ahead is not None:
+            print("\n" + ahead.text())
         if fc is not None:
             print("\n" + _calibration.predicted_text(fc, cmp.fused.placement.time_s, cal))
     return 0
@@ -231,6 +236,7 @@ def _decode_setup(p: argparse.ArgumentParser) -> None:
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -270,6 +276,7 @@ def _linear_setup(p: argparse.ArgumentParser) -> None:
     add_pass_arg(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -303,6 +310,7 @@ def _linear_run(args: argparse.Namespace) -> int:
         if cal is None
         else _calibration.predicted(args, cal, "linear", {"n": args.n, "k": args.k, "m": args.m})
     )
+    ahead = _forecast.gemm_forecast(args, dev, dt, roof, cost, p.time_s)
     if args.json:
         emit_json(
             {
@@ -313,12 +321,14 @@ def _linear_run(args: argparse.Namespace) -> int:
                 "m": args.m,
                 **pass_json(args),
                 "ridge": roof.ridge,
+                **roof.cache_json(),
                 **p.to_json(),
                 "stages": [stage_json(s) for s in cost],
                 "crossover": {"n_min": cross.s_min, **cross.to_json()},
                 **({} if fc is None else {"predicted": _calibration.predicted_json(args, fc)}),
+                **({} if ahead is None else ahead.json()),
             }
-        )
+        )  # fmt: skip
         return 0
     text = linear_text(args.n, args.k, args.m, dev, roof, p, cross)
     if args.pass_ != "fwd":
@@ -326,6 +336,8 @@ def _linear_run(args: argparse.Namespace) -> int:
 
         text = linear_pass_text(args.pass_, text, cost, roof)
     print(text)
+    if ahead is not None:
+        print("\n" + ahead.text())
     if fc is not None:
         print("\n" + _calibration.predicted_text(fc, p.time_s, cal))
     return 0

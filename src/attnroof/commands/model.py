@@ -4,10 +4,11 @@ or spread over many."""
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from attnroof.commands import _calibration
+from attnroof.commands import _calibration, _forecast
 from attnroof.commands._common import (
     Command,
     add_device_args,
@@ -88,6 +89,7 @@ def _setup(p: argparse.ArgumentParser) -> None:
     add_parallel_args(p)
     add_device_args(p)
     _calibration.add_calibration_args(p)
+    _forecast.add_profile_args(p)
     add_json_arg(p)
 
 
@@ -127,14 +129,20 @@ class _Job:
         routing: Routing = self.args.routing
         return routing
 
-    def analyse(self, batch: int) -> ModelAnalysis:
+    def analyse(self, batch: int, roof: Roof | None = None) -> ModelAnalysis:
+        """The step at ``batch`` on the bound's roof (or on ``roof``: a forecast's)."""
         from attnroof.model.analysis import analyse
 
         a = self.args
         return analyse(
-            self.model, a.phase, batch, a.context, self.roof, self.prec,
+            self.model, a.phase, batch, a.context, roof or self.roof, self.prec,
             capacity_bytes=self.device.capacity_bytes, fused=self.fused, **self.options,
         )  # fmt: skip
+
+    @functools.cached_property
+    def forecast_roof(self) -> Any:
+        """The roof with ``--profile``'s efficiencies, or ``None`` (no profile: the bound alone)."""
+        return _forecast.forecast_roof(self.args, self.device, self.dt, self.roof)
 
     def json_head(self) -> dict[str, Any]:
         from attnroof.model.layers import config_json
@@ -153,6 +161,7 @@ class _Job:
             **({"routing": str(self.routing), **self.routing.to_json()} if self.model.experts else {}),
             **({"latent_attention": self.args.mla} if self.model.latent else {}),
             "ridge": self.roof.ridge,
+            **self.roof.cache_json(),
             "config": config_json(self.model),
             # analysed as asked; the text's header warns (a grid lists its contexts past the limit)
             **self._past_positions_json(),
@@ -188,6 +197,12 @@ def _run(args: argparse.Namespace) -> int:
         require(args.context is not None, "--context is required (prompt or KV-cache length, e.g. 8192)")
     check_train_flags(args)
     _check_calibration_use(args)
+    sweep = next((f for f, on in (("--sweep-batch", args.sweep_batch), ("--sweep-context", args.sweep_context),
+                                   ("--sweep-tp", args.sweep_tp), ("--fit", args.fit)) if on), None)  # fmt: skip
+    require(
+        args.profile in (None, "none") or sweep is None,
+        f"--profile forecasts one step (one device or one plan): not with {sweep}, whose rows are bounds",
+    )
     model = get_model(args.model)
     args.routing = routing_of(args, model)
     dev, dt, roof = roof_from_args(args)
@@ -244,12 +259,20 @@ def _check_calibration_use(args: argparse.Namespace) -> None:
 def _single(job: _Job) -> int:
     batch = job.args.batch
     a = job.analyse(batch)
+    f = None if job.forecast_roof is None else job.analyse(batch, job.forecast_roof)
     cal = _calibration.load(job.args, job.device, job.dt)
     pred = None if cal is None else _calibration.step(job.args, cal, job.model, job.prec, job.fused, a)
     if job.args.json:
         ops = [o.to_json() for o in a.ops]
         totals, mem = a.totals.to_json(), a.memory.to_json()
         extra = {} if pred is None else {"predicted": pred}
+        if f is not None:
+            for o, fo in zip(ops, f.ops, strict=True):
+                o["forecast_time_s"] = fo.time_s
+            totals |= _forecast.step_totals_json(f.totals, batch, job.args.phase)
+            extra["forecast"] = _forecast.forecast_json(
+                job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s
+            )
         emit_json(
             {**job.json_head(), "batch": batch, "ops": ops, "totals": totals, "memory": mem, "notes": a.notes}
             | extra
@@ -258,6 +281,12 @@ def _single(job: _Job) -> int:
     from attnroof.text.model import step_text
 
     print(step_text(job.setting, a))
+    if f is not None:
+        from attnroof.text.forecast import forecast_line
+
+        print(
+            "\n" + forecast_line(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s, "step")
+        )
     if pred is not None:
         print("\n" + _calibration.step_text(pred, a.totals.time_s, batch, job.args.phase == "decode"))
     return 0

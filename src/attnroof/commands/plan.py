@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from attnroof.commands._common import (
@@ -75,6 +77,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     add_link_args(p.add_argument_group("links"))
     add_device_args(p)
+    from attnroof.commands._forecast import add_profile_args
+
+    add_profile_args(p)
     add_json_arg(p)
 
 
@@ -109,14 +114,14 @@ def _run(args: argparse.Namespace) -> int:
     fused = not args.unfused
     train = args.phase == TRAIN
 
-    def cost(o: Option) -> Spread:
+    def cost(o: Option, on: Any = roof, via: Any = links) -> Spread:
         if train:
             prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
             return train_spread(
-                model, batch, args.context, roof, links, o.plan, prec, fused=fused, recompute=o.recompute
+                model, batch, args.context, on, via, o.plan, prec, fused=fused, recompute=o.recompute
             )
         prec_ = Precision(dt.itemsize, dt.itemsize, dt.itemsize)
-        return spread(model, args.phase, batch, args.context, roof, links, o.plan, prec_, fused=fused)
+        return spread(model, args.phase, batch, args.context, on, via, o.plan, prec_, fused=fused)
 
     def memory(o: Option, stop_above: float) -> float:
         prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
@@ -168,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
         memory=memory if train else None,
         judge=judge,
     )
+    ranked = _by_forecast(args, dev, dt, roof, links, found, cost, model, batch)
     if args.json:
         emit_json(
             {
@@ -186,6 +192,7 @@ def _run(args: argparse.Namespace) -> int:
                 "fit": len(found.rows),
                 "rejected": dict(found.rejected),
                 "front": [r.to_json() for r in found.front],
+                **({} if ranked is None else ranked.to_json()),
                 "plans": [r.to_json(full=False) for r in found.rows],
             },
             row_per_line="plans",
@@ -208,7 +215,75 @@ def _run(args: argparse.Namespace) -> int:
         links_line(links),
     ]
     print(search_text(head, found, args.top, train, args.phase == "decode"))
+    if ranked is not None:
+        from attnroof.text.search import forecast_text
+
+        print("\n" + forecast_text(ranked, args.top, train))
     return 0
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """The search's plans by forecast, with what the JSON and text say of them."""
+
+    profile: Any
+    ranking: Any
+    front: list[tuple[Any, float]]
+    mfu: Callable[[Any, float], float | None]
+
+    def row_json(self, r: Any, f: float) -> dict[str, Any]:
+        return {**r.to_json(), "forecast_time_s": f, "forecast_mfu": self.mfu(r, f)}
+
+    def to_json(self) -> dict[str, Any]:
+        from attnroof.commands._forecast import forecast_json
+
+        best = self.ranking.best
+        return {
+            "forecast": {
+                **forecast_json(self.profile, "train", best[1], best[0].time_s),
+                "ranked": self.ranking.looked_at,
+                "settled": self.ranking.settled,
+            },
+            "front_by_forecast": [self.row_json(r, f) for r, f in self.front],
+        }
+
+
+def _by_forecast(
+    args: argparse.Namespace,
+    dev: Any,
+    dt: Any,
+    roof: Any,
+    links: Any,
+    found: Any,
+    cost: Any,
+    model: Any,
+    batch: int,
+) -> _Ranked | None:
+    """The plans ranked by forecast (:func:`attnroof.model.forecast.rank`), or ``None`` without
+    a profile or a plan."""
+    from attnroof.commands._forecast import forecast_roof
+
+    on = forecast_roof(args, dev, dt, roof)
+    if on is None or not found.rows:
+        return None
+    from attnroof.model.forecast import forecast_links, forecast_time, pareto_by_forecast, rank
+    from attnroof.model.training import model_flops
+
+    via = forecast_links(links, on.profile)
+
+    def forecast_of(r: Any) -> float:
+        serial = cost(replace(r.option, plan=replace(r.option.plan, overlap=False)), on, via)
+        return forecast_time(serial, on.profile)
+
+    def mfu(r: Any, f: float) -> float | None:
+        if args.phase != TRAIN:
+            return None
+        return float(model_flops(model, batch, args.context)) / (
+            r.option.plan.devices * f * roof.peak_flops_per_s
+        )
+
+    ranking = rank(found.rows, forecast_of, found.front)
+    return _Ranked(on.profile, ranking, pareto_by_forecast(ranking.rows), mfu)
 
 
 COMMANDS = (Command("plan", _setup, _run),)

@@ -111,8 +111,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="longest request (default: the model's)",
     )
     eng.add_argument(
-        "--step-overhead", type=nonnegative_duration, default=0.0, metavar="T",
-        help="the engine's own time a step (scheduling, launch, sampling), e.g. 2ms (default 0)",
+        "--step-overhead", type=nonnegative_duration, default=None, metavar="T",
+        help="the engine's own time a step (scheduling, launch, sampling), e.g. 2ms (default: the "
+        "profile's host time a step; 0 with --bound)",
     )  # fmt: skip
     plan = p.add_argument_group("deployment")
     plan.add_argument(
@@ -192,6 +193,13 @@ def _setup(p: argparse.ArgumentParser) -> None:
     add_force_arg(p)
     add_device_args(p)
     add_calibration_args(p)
+    from attnroof.commands._forecast import add_profile_args
+
+    add_profile_args(p)
+    p.add_argument(
+        "--bound", action="store_true",
+        help="simulate on the steps' roofline bounds (no forecast): the best any engine can do",
+    )  # fmt: skip
     add_json_arg(p)
 
 
@@ -230,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
         pp=args.pp, ep=args.ep, etp=args.etp or 0,
         prefill_devices=args.prefill_devices, decode_devices=args.decode_devices, slo=slo,
         percentile=args.percentile, search=args.max_rate, price_per_device_hour=args.price_per_device_hour,
-        calibration=load(args, dev, dt), impl=args.impl,
+        calibration=load(args, dev, dt), impl=args.impl, profile=_profile(args, dev, dt),
         draft=get_model(args.draft_model) if args.draft_model else None, spec_tokens=args.spec_tokens or 0,
         acceptance=args.acceptance or 0.0,
     )  # fmt: skip
@@ -316,3 +324,13 @@ def _check(args: argparse.Namespace) -> None:
 
 
 COMMANDS = (Command("serve-sim", _setup, _run),)
+
+
+def _profile(args: argparse.Namespace, dev: Any, dt: Any) -> Any:
+    """The efficiency profile the steps are forecast from; ``None`` with ``--bound``."""
+    if args.bound:
+        require(args.profile in (None, "none"), "--bound simulates on the bounds: not with --profile")
+        return None
+    from attnroof.commands._forecast import profile_of
+
+    return profile_of(args, dev, dt)

@@ -75,6 +75,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
                 "batch": SWEEP_BATCH,
                 "heads": SWEEP_HEADS,
                 "ridge": roof.ridge,
+                **roof.cache_json(),
                 "rows": rows,
             }
         )

@@ -1,4 +1,5 @@
-"""Devices: peak FLOP/s per dtype, memory bandwidth and capacity, board power, each with its source.
+"""Devices: peak FLOP/s per dtype, memory bandwidth and capacity, the last-level cache, board power,
+each with its source.
 
 A device comes from the packaged catalog (``catalog.toml``) by name or alias, from a TOML file
 of the user's (one device, or a ``[[device]]`` list), or from command-line overrides on top
@@ -12,6 +13,9 @@ A device file::
     bandwidth_bytes_per_s = 4.0e12
     capacity_bytes = 192e9
     source = "attnroof spec, Solution 2"
+    # optional: the last-level cache, its size and bandwidth (both, or the bound is single-level)
+    # onchip_bytes = 50e6
+    # cache_bandwidth_bytes_per_s = 12e12
 
     [peak_flops_per_s]
     bf16 = 1200e12
@@ -39,6 +43,7 @@ from attnroof.devices.checks import (
     MAX_PLAUSIBLE_POWER,
     MIN_PLAUSIBLE_CAPACITY,  # noqa: F401 (re-exported: the measure and plot extras check figures too)
     MIN_PLAUSIBLE_RATE,  # noqa: F401
+    check_cache_bandwidth,
     check_capacity,
     check_onchip,
     check_power,
@@ -76,6 +81,9 @@ _OPTIONAL = {
     "board_power_w",
     "board_power_source",
     "board_power_note",
+    "cache_bandwidth_bytes_per_s",
+    "cache_source",
+    "cache_note",
 }
 
 
@@ -106,6 +114,15 @@ class Device:
     board_power_note: str = ""
     """Which figure ``board_power_w`` is (TDP of the SXM module, a card's maximum power), or why
     there is none."""
+    cache_bandwidth_bytes_per_s: float | None = None
+    """The last-level cache's bandwidth (its size is ``onchip_bytes``), reads and writes together,
+    or None where no source gives one: then the roof is single-level (every byte at
+    ``bandwidth_bytes_per_s``). For a lower bound a figure too high is the safe side, so where
+    sources disagree the highest credible one is taken (``cache_note`` says so)."""
+    cache_source: str = ""
+    cache_note: str = ""
+    """Which figure ``cache_bandwidth_bytes_per_s`` is (a datasheet's, a paper's, a measurement's,
+    one of the same die's), or why there is none."""
     origin: str = field(default="", compare=False)
     """Where this record was read from (the catalog, a file path)."""
     overridden: tuple[str, ...] = ()
@@ -169,6 +186,9 @@ class Device:
             "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
             "capacity_bytes": self.capacity_bytes,
             "onchip_bytes": self.onchip_bytes,
+            "cache_bandwidth_bytes_per_s": self.cache_bandwidth_bytes_per_s,
+            "cache_source": self.cache_source,
+            "cache_note": self.cache_note,
             "board_power_w": self.board_power_w,
             "board_power_source": self.board_power_source,
             "board_power_note": self.board_power_note,
@@ -236,6 +256,8 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
                 f"{record['capacity_bytes']:g}: on-chip memory (caches, SRAM) is part of a device's "
                 "memory, not more than all of it (both are bytes)"
             )
+    if "cache_bandwidth_bytes_per_s" in record:
+        _wrap(at, check_cache_bandwidth, record)
     if "board_power_w" in record:
         _wrap(at, check_power, "board_power_w", record["board_power_w"])
     aliases = record.get("aliases", [])
@@ -251,6 +273,8 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         "capacity_source",
         "board_power_source",
         "board_power_note",
+        "cache_source",
+        "cache_note",
     ):
         if key in record and not isinstance(record[key], str):
             raise DeviceFileError(f"{at}{key!r} must be a string")
@@ -272,6 +296,9 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
         board_power_w=_opt_float(record.get("board_power_w")),
         board_power_source=record.get("board_power_source", ""),
         board_power_note=record.get("board_power_note", ""),
+        cache_bandwidth_bytes_per_s=_opt_float(record.get("cache_bandwidth_bytes_per_s")),
+        cache_source=record.get("cache_source", ""),
+        cache_note=record.get("cache_note", ""),
         origin=origin,
     )
 

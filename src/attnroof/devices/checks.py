@@ -103,6 +103,25 @@ def check_onchip(what: str, value: Any) -> None:
         )
 
 
+def check_cache_bandwidth(record: Any) -> None:
+    """A device record's ``cache_bandwidth_bytes_per_s``: a plausible rate in bytes/s, with the
+    cache's size beside it (``onchip_bytes``), and no slower than the main memory (a cache slower
+    than the memory behind it would make the two-level bound longer than the single-level one)."""
+    what = "cache_bandwidth_bytes_per_s"
+    value = record[what]
+    check_rate(what, value, "bytes/s", "12e12")
+    if "onchip_bytes" not in record:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} needs onchip_bytes beside it: the cache's size, in bytes (e.g. 50e6)"
+        )
+    main = record.get("bandwidth_bytes_per_s")
+    if isinstance(main, int | float) and not isinstance(main, bool) and value < main:
+        raise DeviceFileError(
+            f"{what} = {_show(value)} bytes/s is below bandwidth_bytes_per_s = {_show(main)}: a "
+            "last-level cache is faster than the memory behind it (leave it out for a single-level bound)"
+        )
+
+
 def check_power(what: str, value: Any) -> None:
     """:class:`DeviceFileError` unless ``value`` is a plausible board power of one device in
     watts: between :data:`MIN_PLAUSIBLE_POWER` and :data:`MAX_PLAUSIBLE_POWER`."""

@@ -4,10 +4,14 @@ summed.
 An operator of several kernels (unfused attention: Q·Kᵀ, softmax, P·V) is timed kernel by
 kernel, since one kernel finishes before the next starts:
 
-    time bound of an op   = Σ over its kernels of max(F/P, bytes/B)
+    time bound of an op   = Σ over its kernels of max(F/P, (bytes − R)/B + R/B_c)
     time bound of a step  = Σ over ops of count × time bound
     memory-bound share    = the part of that sum spent in kernels whose limiter is memory
     decode tokens/s       ≤ batch / step time;   prefill time to first token ≥ step time
+
+R is a kernel's bytes that may be in the last-level cache, by the model step's rule
+(:func:`attnroof.roofline.step_resident`: what the kernel before it wrote, the weights where
+they all fit); 0 on a single-level roof, where each kernel's bound is max(F/P, bytes/B).
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class OpResult:
     layer_kind: str = "layer"
     operator: str = ""
     """The operator table's name for it (``linear``, ``experts``, ``attention``, ...)."""
+    resident_bytes: float = 0.0
+    """Of ``bytes``, those charged at the last-level cache's bandwidth (0 on a single-level roof)."""
 
     @property
     def intensity(self) -> float:
@@ -63,33 +69,42 @@ class OpResult:
             "total_time_s": self.count * self.time_s,
             "layer_kind": self.layer_kind,
             "operator": self.operator,
+            "resident_bytes": self.resident_bytes,
         }
 
 
 def kernel_time(op: Op, roof: Roof) -> Any:
-    """One run's time bound, Σ over ``op``'s kernels of max(F/P, bytes/B): a number, or an array
-    for an operator costed on arrays of shapes (:func:`place_op`'s ``time_s``, element by element)."""
-    return sum(roof.time(stage.flops, stage.bytes) for stage in op.cost)
+    """One run's time bound, Σ over ``op``'s kernels of max(F/P, (bytes − R)/B + R/B_c) (on a
+    forecast's roof, the time each kernel takes): a number, or an array for an operator costed on
+    arrays of shapes (:func:`place_op`'s ``time_s``, element by element)."""
+    resident = op.resident(roof)
+    return sum(
+        roof.kernel_time(st.flops, st.bytes, op.kernel, r) for st, r in zip(op.cost, resident, strict=True)
+    )
 
 
 def place_op(op: Op, roof: Roof) -> OpResult:
     """Place each kernel of ``op`` on ``roof`` and add their time bounds."""
-    time = mem_time = 0.0
-    for stage in op.cost:
+    time = mem_time = cached = 0.0
+    for stage, r in zip(op.cost, op.resident(roof), strict=True):
         f, b = stage.flops, stage.bytes
-        if type(f) in (int, float) and type(b) in (int, float) and b > 0:
+        if type(f) in (int, float) and type(b) in (int, float) and type(r) in (int, float) and b > 0:
             # a number: the roof's own time and limiter, without a whole Placement
-            t = roof.time(float(f), float(b))
+            t = roof.kernel_time(float(f), float(b), op.kernel, r)
             time += t
-            mem_time += t if roof.limiter(float(f) / float(b)) == MEMORY else 0.0
+            mem_time += t if roof.limiter(float(f) / roof.hbm_bytes(float(b), r)) == MEMORY else 0.0
+            cached += r
             continue
-        p = place((f, b), roof)
-        time += p.time_s
-        mem_time += p.time_s if p.limiter == MEMORY else 0.0
+        p = place((f, b), roof, r)
+        t = roof.kernel_time(f, b, op.kernel, r) if roof.forecasts else p.time_s
+        time += t
+        mem_time += t if p.limiter == MEMORY else 0.0
+        cached += p.resident_bytes
     flops, nbytes = float(op.cost.flops), float(op.cost.bytes)
     return OpResult(
-        op.name, op.count, flops, nbytes, time, mem_time, op.attention, op.layer_kind, op.operator
-    )
+        op.name, op.count, flops, nbytes, time, mem_time, op.attention, op.layer_kind, op.operator,
+        float(cached),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +120,8 @@ class Totals:
     """Decode: upper bound on generated tokens per second, batch / step time."""
     ttft_s: float | None
     """Prefill: lower bound on the time to first token."""
+    resident_bytes: float = 0.0
+    """Of ``bytes``, those charged at the last-level cache's bandwidth."""
     any_routing_time_s: float | None = None
     """A mixture of experts: the step with the fewest experts a batch can touch (its top-k, every
     token sending to the same ones: :data:`~attnroof.ops.routing.FEWEST`), the bound whatever
@@ -125,6 +142,7 @@ class Totals:
             "attention_share": self.attention_share,
             "memory_bound_share": self.memory_bound_share,
             "limiter": self.limiter,
+            "resident_bytes": self.resident_bytes,
             **({} if self.any_routing_time_s is None else {"any_routing_time_s": self.any_routing_time_s}),
         }
 
@@ -193,6 +211,7 @@ def analyse(
         attention_share=sum(r.count * r.time_s for r in results if r.attention) / time,
         tokens_per_s=batch / time if phase == DECODE else None,
         ttft_s=time if phase == PREFILL else None,
+        resident_bytes=sum(r.count * r.resident_bytes for r in results),
         any_routing_time_s=floor,
     )
     mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused, routing=routing)

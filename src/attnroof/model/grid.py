@@ -75,8 +75,8 @@ def grid(
         routing=routing, latent_form=latent_form,
     )  # fmt: skip
     for op in ops:
-        for stage in op.cost:
-            pl = place((stage.flops, stage.bytes), roof)
+        for stage, resident in zip(op.cost, op.resident(roof), strict=True):
+            pl = place((stage.flops, stage.bytes), roof, resident)
             flops = flops + op.count * pl.flops
             nbytes = nbytes + op.count * pl.bytes
             time = time + op.count * pl.time_s

@@ -316,6 +316,7 @@ class Spread:
             "comm_time_s": m * s.comm_time_s + s.sync_time_s,
             "comm_bytes_per_device": m * _sent(s.comms) + _sent(s.step_comms),
             "bubble_share": self.bubble_share,
+            "resident_bytes": m * sum(o.count * o.resident_bytes for o in s.ops),
         }
 
 

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 from attnroof.cost import Cost, Num
 from attnroof.errors import InputError
 from attnroof.model.analysis import OpResult, place_op
-from attnroof.model.costs import Op
-from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table
+from attnroof.model.costs import Op, in_order
+from attnroof.model.layers import ALL_TOKENS, PREFILL, OpInstance, Precision, Step, layer_table, weight_bytes
 from attnroof.model.notes import step_notes
 from attnroof.model.spec import ModelConfig
 from attnroof.model.train_options import BACKWARD, FORWARD, PASS_NAMES, RECOMPUTE_PASS, TRAIN
@@ -103,8 +103,9 @@ def train_ops(
             param="model",
         )
 
-    def op(i: OpInstance, cost: Cost, name: str | None = None) -> Op:
-        return Op(name or i.name, cost, i.count, is_attention(i), i.layer_kind, i.operator)
+    def op(i: OpInstance, cost: Cost, name: str | None = None, backward: bool = False) -> Op:
+        shape = rule(i).kernel_shape(i, step, backward=backward)
+        return Op(name or i.name, cost, i.count, is_attention(i), i.layer_kind, i.operator, shape)
 
     out = [(FORWARD, op(i, rule(i).cost(i, step))) for i in rows]
     for i in rows:
@@ -115,8 +116,12 @@ def train_ops(
             name, again = selective(i, rule(i).cost(i, step), fused)
             out.append((RECOMPUTE, op(i, again, name)))
     g = prec.grad_itemsize
-    out += [(BACKWARD, op(i, rule(i).cost(i, step, backward=True, grad_itemsize=g))) for i in reversed(rows)]
-    return out
+    out += [
+        (BACKWARD, op(i, rule(i).cost(i, step, backward=True, grad_itemsize=g), backward=True))
+        for i in reversed(rows)
+    ]
+    placed = in_order([o for _, o in out], weight_bytes(model, fwd_prec, shard))
+    return [(name, o) for (name, _), o in zip(out, placed, strict=True)]
 
 
 def model_flops(model: ModelConfig, batch: Num, context: Num) -> Num:

@@ -335,7 +335,7 @@ def linear_backward(
             Stage(
                 f"{name} dX",
                 matmul_flops(n, m, k),
-                (dy, Access("W", k * m * w_item)),
+                (dy, Access("W", k * m * w_item, weight=True)),
                 (Access("dX", n * k * itemsize),),
             ),
             Stage(
@@ -378,7 +378,7 @@ def norm_backward(
     else:
         raise ValueError(f"unknown norm kind {kind!r}; known: rms, layer")
     act = n * h * itemsize
-    reads = (Access("X", act), Access("dY", act), Access("scale", params * w_item))
+    reads = (Access("X", act), Access("dY", act), Access("scale", params * w_item, weight=True))
     writes = (Access("dX", act), Access("d scale", params * g_item))
     return Cost((Stage(f"{name} backward", per * n * h, reads, writes),))
 
@@ -589,7 +589,7 @@ def expert_backward(
             Stage(
                 f"{name} dX",
                 expected_matmul_flops(routed, m, k),
-                (dy, Access("W", touched * k * m * w_item)),
+                (dy, Access("W", touched * k * m * w_item, weight=True)),
                 (Access("dX", routed * k * itemsize),),
             ),
             Stage(

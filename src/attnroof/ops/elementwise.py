@@ -88,7 +88,7 @@ def norm(
     return _one(
         name,
         per * n * h,
-        (Access("X", n * h * itemsize), Access("scale", params * w_item)),
+        (Access("X", n * h * itemsize), Access("scale", params * w_item, weight=True)),
         (Access("Y", n * h * itemsize),),
     )
 
@@ -207,9 +207,11 @@ def copy(
     write_itemsize: Num | None = None,
     name: str = "copy",
     tensor: str = "X",
+    weight: bool = False,
 ) -> Cost:
     """Move ``elements`` from one buffer to another, casting from ``read_itemsize`` to
-    ``write_itemsize`` bytes (a KV-cache append, an embedding gather). No FLOPs.
+    ``write_itemsize`` bytes (a KV-cache append, an embedding gather: ``weight``, the rows read
+    are a weight's). No FLOPs.
 
     >>> copy(2 * 8 * 128, write_itemsize=1).bytes   # new K and V of 8 heads, bf16 → fp8
     6144
@@ -217,7 +219,8 @@ def copy(
     validate.sizes(elements=elements)
     _itemsizes(read_itemsize=read_itemsize, write_itemsize=write_itemsize)
     w_item = read_itemsize if write_itemsize is None else write_itemsize
-    return _one(name, 0, (Access(tensor, elements * read_itemsize),), (Access(tensor, elements * w_item),))
+    read = Access(tensor, elements * read_itemsize, weight)
+    return _one(name, 0, (read,), (Access(tensor, elements * w_item),))
 
 
 def embedding(
@@ -240,9 +243,8 @@ def embedding(
     >>> embedding(1, 768, positions=True).bytes      # two rows gathered (4 · 768 · 2), an add (3 · 768 · 2)
     10752
     """
-    cost = copy(
-        tokens * width, read_itemsize=weight_itemsize, write_itemsize=itemsize, name=name, tensor=tensor
-    )
+    items = dict(read_itemsize=weight_itemsize, write_itemsize=itemsize)
+    cost = copy(tokens * width, **items, name=name, tensor=tensor, weight=True)
     if not positions:
         return cost
     rows = dict(weight_itemsize=weight_itemsize, itemsize=itemsize)

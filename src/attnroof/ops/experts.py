@@ -106,10 +106,10 @@ def expert_gemm(
     w_item = itemsize if weight_itemsize is None else weight_itemsize
     routed = tokens * top_k * imbalance  # token-expert pairs (the busiest device's: F × the mean)
     touched = touched_experts(tokens, experts, top_k, routing)
-    reads = [Access("X", routed * k * itemsize), Access("W", touched * k * m * w_item)]
+    reads = [Access("X", routed * k * itemsize), Access("W", touched * k * m * w_item, weight=True)]
     flops = expected_matmul_flops(routed, k, m)  # routed: an expectation, whole or not
     if bias:  # each expert's bias, added in the epilogue
-        reads.append(Access("bias", touched * m * w_item))
+        reads.append(Access("bias", touched * m * w_item, weight=True))
         flops = flops + routed * m
     return expert_share(Cost((Stage(name, flops, tuple(reads), (Access("Y", routed * m * itemsize),)),)), ep)
 

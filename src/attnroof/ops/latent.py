@@ -85,7 +85,7 @@ def latent_attention(
         up = Stage(
             KV_UP,
             matmul_flops(batch * s_kv, r, H * (n + v)),
-            (Access("c_kv", batch * s_kv * r * kv), Access("W_UKV", r * H * (n + v) * w)),
+            (Access("c_kv", batch * s_kv * r * kv), Access("W_UKV", r * H * (n + v) * w, weight=True)),
             (Access("K_nope,V", batch * s_kv * H * (n + v) * a),),
         )
         kw = dict(
@@ -103,13 +103,13 @@ def latent_attention(
     q_absorb = Stage(
         Q_ABSORB,
         matmul_flops(rows, n, r),
-        (Access("q_nope", rows * n * a), Access("W_UK", H * n * r * w)),
+        (Access("q_nope", rows * n * a), Access("W_UK", H * n * r * w, weight=True)),
         (Access("q_lat", rows * r * a),),
     )
     v_absorb = Stage(
         V_ABSORB,
         matmul_flops(rows, r, v),
-        (Access("o_lat", rows * r * a), Access("W_UV", H * r * v * w)),
+        (Access("o_lat", rows * r * a), Access("W_UV", H * r * v * w, weight=True)),
         (Access("O", rows * v * a),),
     )
     scores = batch * H * (chunk_scores(s_q, s_kv, window) if causal else kept_scores(s_q, s_kv, False))

@@ -36,9 +36,9 @@ def linear(
     w_itemsize = (
         itemsize if weight_itemsize is None else validate.positive("weight_itemsize", weight_itemsize)
     )
-    reads = (Access("X", n * k * itemsize), Access("W", k * m * w_itemsize))
+    reads = (Access("X", n * k * itemsize), Access("W", k * m * w_itemsize, weight=True))
     flops = matmul_flops(n, k, m)
     if bias:
-        reads += (Access("bias", m * w_itemsize),)
+        reads += (Access("bias", m * w_itemsize, weight=True),)
         flops = flops + BIAS_FLOPS_PER_ELEMENT * n * m
     return Cost((Stage(name, flops, reads, (Access("Y", n * m * itemsize),)),))

@@ -165,7 +165,7 @@ def scan_state_elements(channels: Num, state: Num, conv_kernel: Num) -> Num:
 
 def _taps(channels: Num, k: Num, w: Num, bias: bool) -> Access:
     """The conv's weights: K taps per channel, and a bias per channel where it has one."""
-    return Access("conv taps", (k + bias) * channels * w)
+    return Access("conv taps", (k + bias) * channels * w, weight=True)
 
 
 def _conv(s: Num, channels: Num, k: Num, a: Num, w: Num, bias: bool = False) -> Stage:
@@ -263,7 +263,10 @@ def gated_delta_rule(
         (
             _conv(s, conv_channels_gdn(H, kh, dk, dv), conv_kernel, a, w, conv_bias),
             Stage(
-                "KKᵀ", H * s * FLOPS_PER_MAC * C * dk, (k, gates, Access("A, dt bias", 2 * H * w)), (big_a,)
+                "KKᵀ",
+                H * s * FLOPS_PER_MAC * C * dk,
+                (k, gates, Access("A, dt bias", 2 * H * w, weight=True)),
+                (big_a,),
             ),
             Stage("(I + A)⁻¹", H * n_c * _third(C * (C - 1) * (C - 2)), (big_a,), (inv,)),
             Stage("w, u", H * s * FLOPS_PER_MAC * C * (dk + dv), (inv, k, v, gates), (wk, u)),
@@ -308,7 +311,7 @@ def gated_delta_step(
     state = Access("state", H * dk * dv * sb)
     reads = (
         Access("q, k", 2 * H * dk * a), Access("v", H * dv * a), Access("g, β", 2 * H * a),
-        Access("A, dt bias", 2 * H * w), state,
+        Access("A, dt bias", 2 * H * w, weight=True), state,
     )  # fmt: skip
     one = Cost(
         (
@@ -423,7 +426,7 @@ def ssd(
             Stage(
                 "chunk state",
                 H * s * FLOPS_PER_MAC * N * P,
-                (x, b, dt, Access("A, D, dt bias", 3 * H * w)),
+                (x, b, dt, Access("A, D, dt bias", 3 * H * w, weight=True)),
                 (st32,),
             ),
             Stage(
@@ -466,7 +469,7 @@ def ssd_step(
         Access("x", H * P * a),
         Access("B, C", 2 * G * N * a),
         Access("dt", H * a),
-        Access("A, D, dt bias", 3 * H * w),
+        Access("A, D, dt bias", 3 * H * w, weight=True),
         st,
     )
     one = Cost(
@@ -543,7 +546,7 @@ def selective_scan(
     reads = (
         Access("u, Δ, z", 3 * s * D * a),
         Access("B, C", 2 * s * N * a),
-        Access("A, D", (D * N + D) * w),
+        Access("A, D", (D * N + D) * w, weight=True),
     )
     one = Cost(
         (
@@ -575,7 +578,12 @@ def selective_scan_step(
     a, sb, w = _items(itemsize, state_itemsize, weight_itemsize)
     D, N = channels, state
     st = Access("state", D * N * sb)
-    reads = (Access("u, Δ, z", 3 * D * a), Access("B, C", 2 * N * a), Access("A, D", (D * N + D) * w), st)
+    reads = (
+        Access("u, Δ, z", 3 * D * a),
+        Access("B, C", 2 * N * a),
+        Access("A, D", (D * N + D) * w, weight=True),
+        st,
+    )
     one = Cost(
         (
             _conv_step(D, conv_kernel, a, sb, w, conv_bias),

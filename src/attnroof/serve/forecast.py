@@ -66,8 +66,9 @@ class ForecastStepCost(StepCost):
         out = np.zeros(len(counts))
         if len(counts) > 1:
             at = self.options.step(DECODE, counts[1:], 1)
-            for row in self._rows(last):
-                out[1:] += _row_time(row, at, self.roof)
+            for i, row in enumerate(self.table):
+                if rule(row).kind != ATTENTION and (row.tokens == LAST_TOKEN) == last:
+                    out[1:] += _row_time(self.table, i, at, self.roof, self._held)
         return out
 
     def _forecast_rows(self, count: int, last: bool) -> float:
@@ -103,7 +104,8 @@ class ForecastStepCost(StepCost):
     def _summed(stages: Any) -> Cost:
         return Cost(tuple(Stage(name, float(f), (Access("step", float(b)),)) for name, f, b in stages))
 
-    def decode_attention_s(self, contexts: Any, steps: int = 0) -> Any:
+    def decode_attention_s(self, contexts: Any, steps: int = 0, tokens: int | None = None) -> Any:
+        """A forecast, by the fits: ``tokens`` (the step's, for the bound's cache rule) is not asked."""
         import numpy as np
 
         if len(contexts) == 0:
@@ -117,7 +119,7 @@ class ForecastStepCost(StepCost):
             costs.append((row, self._summed((s.name, s.flops.sum(), s.bytes.sum()) for s in c)))
         return self._attention(costs, "decode", len(contexts), float(contexts.mean()))
 
-    def chunk_attention_s(self, queries: Any, contexts: Any) -> float:
+    def chunk_attention_s(self, queries: Any, contexts: Any, tokens: int | None = None) -> float:
         if len(queries) == 0:
             return 0.0
         at = self.options.step(CHUNK, 1, contexts, queries)

@@ -3,6 +3,9 @@
 (:mod:`attnroof.serve.metrics`), and, where asked, the highest rate that meets the SLOs
 (:mod:`attnroof.serve.search`), cost and energy per token.
 
+Length: the job, the steps it runs on (bound or forecast), the run, and its whole JSON, in one place,
+so that every figure the answer prints is produced next to the field that names it.
+
     cost per second   = price per device-hour × devices / 3600
     $ per 1M tokens   = each step's device time shared by the tokens it computed (prompt
                         tokens and generated ones alike), summed per kind, × cost per second
@@ -79,7 +82,8 @@ class Job:
     engine: EngineConfig = field(default_factory=EngineConfig)
     options: StepOptions = field(default_factory=StepOptions)
     memory_utilization: float = 0.9
-    step_overhead_s: float = 0.0
+    step_overhead_s: float | None = None
+    """The engine's own time a step; ``None``: the profile's host time a step (0 without one)."""
     tp: int = 1
     pp: int = 1
     ep: int = 1
@@ -92,10 +96,36 @@ class Job:
     price_per_device_hour: float | None = None
     calibration: Any = None
     """A calibration (:mod:`attnroof.calibration`): each step forecast instead of bounded."""
+    profile: Any = None
+    """An efficiency profile (:mod:`attnroof.profiles`): each step forecast from it — kernels,
+    collectives, and the engine's host time a step where ``step_overhead_s`` is not given."""
     impl: str | None = None
     draft: ModelConfig | None = None
     spec_tokens: int = 0
     acceptance: float = 0.0
+
+
+def _steps(job: Job) -> tuple[Roof, Links, float]:
+    """The roof, links and fixed cost a step runs on: the bound's, or a profile's forecast."""
+    from attnroof.profiles.kernels import ForecastRoof
+
+    p = job.profile if job.calibration is None else None
+    if p is None:
+        return job.roof, job.links, job.step_overhead_s or 0.0
+    from attnroof.model.forecast import forecast_links
+
+    overhead = p.host.step("vllm") if job.step_overhead_s is None else job.step_overhead_s
+    return ForecastRoof.over(job.roof, p, step=True), forecast_links(job.links, p), overhead
+
+
+def step_overhead(job: Job) -> float:
+    """The engine's fixed time a step the simulation charges (s)."""
+    return _steps(job)[2]
+
+
+def basis(job: Job) -> str:
+    """What the steps are: ``forecast`` (a profile's or a calibration's) or ``bound``."""
+    return "forecast" if job.calibration is not None or job.profile is not None else "bound"
 
 
 @dataclass(frozen=True)
@@ -118,10 +148,11 @@ class Result:
             "model": j.model.name,
             "device": j.device.name,
             "dtype": j.roof.dtype,
+            **j.roof.cache_json(),
             "devices": self.devices,
             "deployment": {name: p.to_json() for name, p in self.pools.items()},
             "disaggregated": self.disaggregated,
-            "engine": {"step_overhead_s": j.step_overhead_s, "gpu_memory_utilization": j.memory_utilization},
+            "engine": {"step_overhead_s": step_overhead(j), "gpu_memory_utilization": j.memory_utilization},
             "traffic": {
                 "num_requests": j.traffic.num_requests,
                 "rate_per_s": j.traffic.rate,
@@ -140,12 +171,18 @@ class Result:
             "speculative": None
             if self.speculation is None
             else {"draft": self.job.draft.name if self.job.draft else None, **self.speculation.to_json()},
-            "steps": "forecast" if j.calibration is not None else "bound",
+            "steps": basis(j),
             "calibration": None
             if j.calibration is None
             else {"device": j.calibration.catalog_device or j.calibration.device, "impl": j.impl},
+            "profile": None if j.profile is None or j.calibration is not None else j.profile.to_json(),
             "estimate": "simulated latencies: the engine's policy over steps at their "
-            + ("calibrated forecast" if j.calibration is not None else "roofline bound"),
+            + {
+                "bound": "roofline bound",
+                "forecast": "calibrated forecast"
+                if j.calibration is not None
+                else "forecast (efficiency profile)",
+            }[basis(j)],
         }
 
     def _kv(self) -> bool:
@@ -153,7 +190,7 @@ class Result:
 
     def _summary_json(self, s: Summary) -> dict[str, Any]:
         """A summary's JSON; without a KV cache (no attention layer) its block figures are none."""
-        d = s.to_json()
+        d = {**s.to_json(), "basis": basis(self.job)}
         if not self._kv():
             d.update(kv_blocks=None, kv_peak_share=None, kv_mean_share=None)
             d["timeline"] = {k: v for k, v in d["timeline"].items() if k != "kv_share"}
@@ -170,16 +207,17 @@ def _pools(job: Job, longest: int) -> tuple[dict[str, Pool], Disaggregated | Non
     """The deployment's engines, their tables as long as the ``longest`` request needs."""
     from attnroof.model.parallel import Plan
 
+    roof, links, overhead = _steps(job)
     kw = dict(
-        options=job.options, memory_utilization=job.memory_utilization, links=job.links,
-        overhead_s=job.step_overhead_s, calibration=job.calibration, impl=job.impl, longest=longest,
+        options=job.options, memory_utilization=job.memory_utilization, links=links,
+        overhead_s=overhead, calibration=job.calibration, impl=job.impl, longest=longest,
     )  # fmt: skip
     cap = job.device.capacity_bytes
     if cap is None:
         raise InputError(f"{job.device.name} has no memory capacity: give --capacity", param="capacity")
     if job.prefill_devices is None:
         plan = Plan(tp=job.tp, pp=job.pp, ep=job.ep, etp=job.etp) if job.tp * job.pp * job.ep > 1 else None
-        return {"engine": pool(job.model, job.roof, cap, job.engine, plan=plan, **kw)}, None
+        return {"engine": pool(job.model, roof, cap, job.engine, plan=plan, **kw)}, None
     assert job.decode_devices is not None
     pre_plan = Plan(tp=job.prefill_devices) if job.prefill_devices > 1 else None
     dec_plan = Plan(tp=job.decode_devices) if job.decode_devices > 1 else None
@@ -189,7 +227,7 @@ def _pools(job: Job, longest: int) -> tuple[dict[str, Pool], Disaggregated | Non
         ("decode", "--decode-devices", job.decode_devices, dec_plan),
     ):
         try:
-            pools[name] = pool(job.model, job.roof, cap, job.engine, plan=plan, **kw)
+            pools[name] = pool(job.model, roof, cap, job.engine, plan=plan, **kw)
         except InputError as e:  # the pool is TP over its devices: say which flag set it
             raise InputError(f"{flag} {n} (TP {n}): {e}") from None
     pre, dec = pools["prefill"], pools["decode"]
@@ -269,10 +307,11 @@ def _speculation(job: Job, pools: dict[str, Pool], s: Summary, w: Workload) -> S
     assert job.draft is not None
     target = pools.get("decode", pools.get("engine"))
     assert target is not None
+    roof, links, overhead = _steps(job)
     draft = StepCost(
-        job.draft, job.roof, max_tokens=target.cost.max_tokens, max_seqs=target.cost.max_seqs,
-        max_context=target.cost.max_context, options=job.options, plan=target.cost.plan, links=job.links,
-        overhead_s=job.step_overhead_s,
+        job.draft, roof, max_tokens=target.cost.max_tokens, max_seqs=target.cost.max_seqs,
+        max_context=target.cost.max_context, options=job.options, plan=target.cost.plan, links=links,
+        overhead_s=overhead,
     )  # fmt: skip
     batch = max(1, round(s.mean_running))
     context = round(float(w.input_tokens.mean() + w.output_tokens.mean() / 2))

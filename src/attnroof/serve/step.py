@@ -15,7 +15,10 @@ A step of T tokens over n sequences splits the layer table three ways:
     step time = Σ token rows + Σ last-token rows + Σ attention kernels + the plan's collectives
                 + the engine's fixed overhead per step
 
-each row as :mod:`attnroof.model.analysis` times it (count × Σ kernels max(F/P, bytes/B)), the
+each row as :mod:`attnroof.model.analysis` times it (count × Σ kernels max(F/P, bytes/B), with
+the bytes of each kernel that may be in the last-level cache at its bandwidth, by the model
+step's rule: :func:`attnroof.roofline.step_resident`, each row told what the row before it writes
+at the same step), the
 collectives of a tensor-parallel plan in series with the kernels (vLLM does not overlap its
 all-reduces). A step of one sequence is therefore the model's prefill or decode step to the
 last digit. The token and last-token parts depend on T and n alone and decode attention on each
@@ -30,14 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from attnroof.errors import InputError
 from attnroof.model.comms import stage_comms
-from attnroof.model.layers import DECODE, PREFILL, Precision, Step, layer_table
+from attnroof.model.layers import DECODE, PREFILL, Precision, Step, layer_table, weight_bytes
 from attnroof.model.spec import ModelConfig
 from attnroof.operators import ATTENTION, rule
 from attnroof.ops.experts import UNIFORM, Routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
-from attnroof.roofline import Roof, place
+from attnroof.roofline import Roof, kernel_resident, place, step_resident, weights_fit
 from attnroof.row import CHUNK, HEAD, LAST_TOKEN, OpInstance
+
+DECODE_KERNEL = {"kernel": "decode"}
+"""Attention of one new token a sequence against its cache, as a forecast's roof times it."""
 
 if TYPE_CHECKING:
     from attnroof.devices.links import Links
@@ -61,11 +67,31 @@ class StepOptions:
         )  # fmt: skip
 
 
-def _row_time(row: OpInstance, step: Step, roof: Roof) -> Any:
-    """count × Σ over the row's kernels of max(F/P, bytes/B), element-wise on array steps."""
+def written_before(table: list[OpInstance], i: int, step: Step) -> Any:
+    """What the kernel before row ``i``'s first one writes at ``step``: the last kernel of the row
+    before it (:func:`attnroof.model.costs.in_order`'s rule; none before the table's first)."""
+    if i == 0:
+        return 0
+    prev = table[i - 1]
+    return rule(prev).cost(prev, step).stages[-1].bytes_written
+
+
+def _row_time(table: list[OpInstance], i: int, step: Step, roof: Roof, held: Any) -> Any:
+    """count × Σ over row ``i``'s kernels of max(F/P, (bytes − R)/B + R/B_c) — or, on a
+    forecast's roof, of the time a real kernel of that shape takes — element-wise on array steps;
+    ``held`` the bytes of the weights the device holds."""
+    row = table[i]
+    stages = rule(row).cost(row, step).stages
+    kernel = rule(row).kernel_shape(row, step) if roof.forecasts else None
+    before = written_before(table, i, step) if roof.levels == 2 else 0
     total: Any = 0.0
-    for stage in rule(row).cost(row, step):
-        total = total + place((stage.flops, stage.bytes), roof).time_s
+    for stage, r in zip(stages, step_resident(stages, roof, before, held), strict=True):
+        t = (
+            roof.kernel_time(stage.flops, stage.bytes, kernel, r)
+            if kernel
+            else place((stage.flops, stage.bytes), roof, r).time_s
+        )
+        total = total + t
     return row.count * total
 
 
@@ -102,15 +128,20 @@ class StepCost:
         tokens = np.arange(1, max_tokens + 1, dtype=np.int64)
         seqs = np.arange(1, max_seqs + 1, dtype=np.int64)
         by_tokens, by_seqs = o.step(DECODE, tokens, 1), o.step(DECODE, seqs, 1)
+        self._held = held = weight_bytes(model, o.prec, shard)
+        self._fit = weights_fit(roof, held)
         token_s: Any = 0.0
         last_s: Any = 0.0
-        for row in self.table:
+        # each attention row's kernels follow what the row before it writes at a step of T tokens
+        self._before: list[Any] = []
+        for i, row in enumerate(self.table):
             if rule(row).kind == ATTENTION:
-                continue
-            if row.tokens == LAST_TOKEN:
-                last_s = last_s + _row_time(row, by_seqs, roof)
+                before = written_before(self.table, i, by_tokens) if roof.levels == 2 else 0
+                self._before.append(np.concatenate(([0.0], before + np.zeros(max_tokens))))
+            elif row.tokens == LAST_TOKEN:
+                last_s = last_s + _row_time(self.table, i, by_seqs, roof, held)
             else:
-                token_s = token_s + _row_time(row, by_tokens, roof)
+                token_s = token_s + _row_time(self.table, i, by_tokens, roof, held)
         if shard is not None:
             assert plan is not None and links is not None
             token_s = token_s + _comm_time(
@@ -149,57 +180,82 @@ class StepCost:
         one launch pays once — the weights latent attention reads inside the kernel — and what
         each sequence adds: cost(batch 2) − cost(batch 1) a sequence, 2·cost(1) − cost(2) once
         (exact, every formula being affine in its batch). A kernel over n sequences costs its
-        once-part plus the n sequences' parts. Per stage: (F a sequence, bytes a sequence,
-        F once, bytes once), the first two arrays over ``contexts``."""
+        once-part plus the n sequences' parts. Per stage, pairs (a sequence's, once): F, bytes
+        and, where the roof counts a cache, its activation reads, weight reads and writes (what the
+        cache's rule asks); the parts a sequence are arrays over ``contexts``."""
         import numpy as np
 
         one = rule(row).cost(row, self.options.step(phase, 1, contexts, queries))
         two = rule(row).cost(row, self.options.step(phase, 2, contexts, queries))  # per sequence: the batch's
         shape = np.shape(contexts)
+
+        def parts(x1: Any, x2: Any) -> tuple[Any, float]:
+            x1 = np.broadcast_to(np.asarray(x1, float), shape)
+            x2 = np.broadcast_to(np.asarray(x2, float), shape)
+            return x2 - x1, float((2 * x1 - x2).flat[0])
+
         out = []
         for s1, s2 in zip(one, two, strict=True):
-            f1, b1 = (
-                np.broadcast_to(np.asarray(s1.flops, float), shape),
-                np.broadcast_to(np.asarray(s1.bytes, float), shape),
-            )
-            f2, b2 = (
-                np.broadcast_to(np.asarray(s2.flops, float), shape),
-                np.broadcast_to(np.asarray(s2.bytes, float), shape),
-            )
-            once_f, once_b = 2 * f1 - f2, 2 * b1 - b2
-            out.append((f2 - f1, b2 - b1, float(once_f.flat[0]), float(once_b.flat[0])))
+            stage: tuple[Any, ...] = (*parts(s1.flops, s2.flops), *parts(s1.bytes, s2.bytes))
+            if self.roof.levels == 2:
+                w1, w2 = s1.weight_bytes_read, s2.weight_bytes_read
+                stage += (
+                    *parts(s1.bytes_read - w1, s2.bytes_read - w2),
+                    *parts(w1, w2),
+                    *parts(s1.bytes_written, s2.bytes_written),
+                )
+            out.append(stage)
         return out
 
-    def _kernels(self, parts: list[tuple[int, list[tuple[Any, Any]]]]) -> Any:
-        """Σ over rows of count × Σ over its kernels of max(F/P, bytes/B); numbers or arrays."""
+    @staticmethod
+    def _over(st: tuple[Any, ...], pick: Any) -> tuple[Any, ...]:
+        """A kernel's figures over the sequences ``pick`` selects from its :meth:`_split` stage
+        (``pick`` maps an array over contexts to its sum): F, bytes, and the cache's three."""
+        return tuple(once + pick(each) for each, once in zip(st[::2], st[1::2], strict=True))
+
+    def _kernels(
+        self, parts: list[tuple[int, Any, list[tuple[Any, ...]]]], kernel: dict[str, Any] | None = None
+    ) -> Any:
+        """Σ over rows of count × Σ over its kernels of max(F/P, (bytes − R)/B + R/B_c) (on a
+        forecast's roof, each as the attention ``kernel`` it is); numbers or arrays. Each part:
+        the row's count, what the row before it wrote, its kernels' figures."""
         time: Any = 0.0
-        for count, stages in parts:
+        for count, before, stages in parts:
             row: Any = 0.0
-            for f, b in stages:
-                row = row + self.roof.time(f, b)
+            for f, b, *cache in stages:
+                r: Any = 0
+                if cache:
+                    activations, weights, writes = cache
+                    r = kernel_resident(self.roof, activations, weights, before, self._fit)
+                    before = writes
+                row = row + self.roof.kernel_time(f, b, kernel, r)
             time = time + count * row
         return time
 
-    def decode_attention_s(self, contexts: Any, steps: int = 0) -> Any:
-        """One kernel a layer over sequences decoding one token each at ``contexts`` keys; with
-        ``steps``, an array: each of that many steps in a row, every context one longer."""
+    def decode_attention_s(self, contexts: Any, steps: int = 0, tokens: int | None = None) -> Any:
+        """One kernel a layer over sequences decoding one token each at ``contexts`` keys, in a
+        step of ``tokens`` tokens (by default theirs alone); with ``steps``, an array: each of
+        that many steps in a row, every context one longer."""
         if len(contexts) == 0:
             return 0.0
+        n = len(contexts) if tokens is None else tokens
         if steps:
             import numpy as np
 
             at = contexts[:, None] + np.arange(steps)[None, :]
             return self._kernels(
                 [
-                    (row.count, [(of + f[at].sum(axis=0), ob + b[at].sum(axis=0)) for f, b, of, ob in st])
-                    for row, st in zip(self.attention_rows, self._decode, strict=True)
-                ]
+                    (row.count, before[n], [self._over(s, lambda x: x[at].sum(axis=0)) for s in st])
+                    for row, before, st in zip(self.attention_rows, self._before, self._decode, strict=True)
+                ],
+                DECODE_KERNEL,
             )
         return self._kernels(
             [
-                (row.count, [(of + f[contexts].sum(), ob + b[contexts].sum()) for f, b, of, ob in st])
-                for row, st in zip(self.attention_rows, self._decode, strict=True)
-            ]
+                (row.count, before[n], [self._over(s, lambda x: x[contexts].sum()) for s in st])
+                for row, before, st in zip(self.attention_rows, self._before, self._decode, strict=True)
+            ],
+            DECODE_KERNEL,
         )
 
     def decode_steps_s(self, contexts: Any, steps: int) -> Any:
@@ -214,24 +270,32 @@ class StepCost:
             + self.overhead_s
         )
 
-    def chunk_attention_s(self, queries: Any, contexts: Any) -> float:
+    def chunk_attention_s(self, queries: Any, contexts: Any, tokens: int | None = None) -> float:
         """One kernel a layer over sequences running ``queries`` new tokens against caches
-        that end at ``contexts`` (the new tokens included)."""
+        that end at ``contexts`` (the new tokens included), in a step of ``tokens`` tokens (by
+        default the chunks' own)."""
         if len(queries) == 0:
             return 0.0
+        t = int(queries.sum()) if tokens is None else tokens
         whole = queries == contexts  # whole prompts, from the table; the rest by the formula
         rest = None if whole.all() else ~whole
         parts = []
-        for row, table in zip(self.attention_rows, self._fresh, strict=True):
-            sums = [[of, ob, f[queries[whole]].sum(), b[queries[whole]].sum()] for f, b, of, ob in table]
+        for row, before, table in zip(self.attention_rows, self._before, self._fresh, strict=True):
+            # per stage, per figure: [once, Σ over the sequences]
+            sums = [[[st[k + 1], st[k][queries[whole]].sum()] for k in range(0, len(st), 2)] for st in table]
             if rest is not None:
-                for acc, (f, b, _, _) in zip(
-                    sums, self._split(row, CHUNK, contexts[rest], queries[rest]), strict=True
-                ):
-                    acc[2] += f.sum()
-                    acc[3] += b.sum()
-            parts.append((row.count, [(float(of + f), float(ob + b)) for of, ob, f, b in sums]))
-        return self._kernels(parts)
+                for acc, st in zip(sums, self._split(row, CHUNK, contexts[rest], queries[rest]), strict=True):
+                    for pair, k in zip(acc, range(0, len(st), 2), strict=True):
+                        pair[1] += st[k].sum()
+            parts.append((row.count, before[t], [tuple(float(o + x) for o, x in acc) for acc in sums]))
+        return self._kernels(parts, self._chunk_kernel(queries, contexts))
+
+    def _chunk_kernel(self, queries: Any, contexts: Any) -> dict[str, Any]:
+        """The prefill kernel over chunks, as a forecast sees it: fused attention at the model's
+        head dimension over the chunks' mean keys (decode's kernel for chunks of a token or two)."""
+        if not self.roof.forecasts or float(queries.mean()) <= 2:
+            return DECODE_KERNEL
+        return {"kernel": "attention", "d": self.model.head_dim, "s": float(contexts.mean()), "causal": True}
 
     def time_s(self, decode_contexts: Any, chunk_queries: Any, chunk_contexts: Any) -> float:
         """A step of sequences decoding at ``decode_contexts`` and others running chunks of
@@ -245,8 +309,8 @@ class StepCost:
         return float(
             self.token_s[tokens]
             + self.last_s[n]
-            + self.decode_attention_s(decode_contexts)
-            + self.chunk_attention_s(chunk_queries, chunk_contexts)
+            + self.decode_attention_s(decode_contexts, tokens=tokens)
+            + self.chunk_attention_s(chunk_queries, chunk_contexts, tokens)
             + self.overhead_s
         )
 

@@ -23,11 +23,14 @@ WRAP = 100
 """Characters per line for the notes and sources of ``attnroof devices NAME``."""
 
 LIST_HEADERS = (
-    "device", "vendor", "{dt} {unit}", "TB/s", "GB", "W", "link GB/s", "domain", "ridge FLOP/B", "aliases",
+    "device", "vendor", "{dt} {unit}", "TB/s", "GB", "cache MB @ TB/s", "W", "link GB/s", "domain",
+    "ridge FLOP/B", "aliases",
 )  # fmt: skip
-"""GB: the memory the device has (decimal GB of its real bytes, not the marketed figure); W: the
-board power (the vendor's maximum TDP or board power; — where no source gives one); link: the
-scale-up bandwidth one way per device; domain: the devices one scale-up domain joins."""
+"""GB: the memory the device has (decimal GB of its real bytes, not the marketed figure); cache:
+the last-level cache's size and bandwidth, which the bound charges resident bytes at (— where no
+source gives a bandwidth: the bound is single-level); W: the board power (the vendor's maximum TDP
+or board power; — where no source gives one); link: the scale-up bandwidth one way per device;
+domain: the devices one scale-up domain joins."""
 
 
 # ---------------------------------------------------------------- figures
@@ -52,6 +55,19 @@ def fig(value: float | None, unit: float) -> str:
     return MISSING if value is None else f"{value / unit:g}"
 
 
+def cache_fig(dev: Device) -> str:
+    """The last-level cache as the listing shows it: ``50 @ 12`` (MB, TB/s), or — without a
+    bandwidth (a size alone leaves the bound single-level).
+
+    >>> from attnroof.devices import get_device
+    >>> cache_fig(get_device("h100")), cache_fig(get_device("b200"))
+    ('50 @ 12', '—')
+    """
+    if dev.onchip_bytes is None or dev.cache_bandwidth_bytes_per_s is None:
+        return MISSING
+    return f"{fig(dev.onchip_bytes, MB)} @ {fig(dev.cache_bandwidth_bytes_per_s, TB_PER_S)}"
+
+
 # ---------------------------------------------------------------- the listing
 
 
@@ -73,6 +89,7 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
                 peak,
                 fig(dev.bandwidth_bytes_per_s, TB_PER_S),
                 fig(_round(dev.capacity_bytes), GB),
+                cache_fig(dev),
                 fig(dev.board_power_w, 1),
                 fig(dev.links.scaleup_bytes_per_s, GB),
                 MISSING if dev.links.scaleup_domain is None else str(dev.links.scaleup_domain),
@@ -86,7 +103,7 @@ def catalog_rows(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> list[li
 def catalog_table(devices: Sequence[Device], dt: str = HEADLINE_DTYPE) -> str:
     """The Markdown table of ``devices`` that ``attnroof devices`` prints and the README carries."""
     headers = [h.format(dt=dt, unit=peak_unit(dt)) for h in LIST_HEADERS]
-    return table(headers, catalog_rows(devices, dt), "llrrrrrrrl")
+    return table(headers, catalog_rows(devices, dt), "llrrrrrrrrl")
 
 
 def _round(capacity: float | None) -> float | None:
@@ -111,7 +128,13 @@ def device_text(dev: Device) -> str:
             f"capacity {dev.capacity_bytes:,.0f} B ({fig(_round(dev.capacity_bytes), GB)} GB{sold})"
         )
     if dev.onchip_bytes is not None:
-        memory.append(f"on-chip {fig(dev.onchip_bytes, MB)} MB")
+        speed = dev.cache_bandwidth_bytes_per_s
+        at = (
+            f" at {fig(speed, TB_PER_S)} TB/s"
+            if speed is not None
+            else " (no bandwidth: a single-level bound)"
+        )
+        memory.append(f"on-chip {fig(dev.onchip_bytes, MB)} MB{at}")
     order = [d for d in DTYPES if d in dev.peak_flops_per_s]
     rows = [[d, f"{fig(dev.peak(d), TERA)} {peak_unit(d)}", f"{dev.ridge(d):.1f}"] for d in order]
     lines = [
@@ -128,6 +151,8 @@ def device_text(dev: Device) -> str:
         ("capacity source", dev.capacity_source),
         ("links source", dev.links.source),
         ("links notes", dev.links.notes),
+        ("cache source", dev.cache_source),
+        ("cache notes", dev.cache_note),
         ("board power source", dev.board_power_source),
         ("sparsity", dev.sparse_headline),
         ("notes", dev.notes),

@@ -128,19 +128,32 @@ def op_row(o: OpResult, step_time_s: float) -> list[str]:
     ]
 
 
+def cache_column(headers: list[str], rows: list[list[str]], ops: Sequence[OpResult], roof: Roof) -> str:
+    """The "in cache" column added to an operator table where ``roof`` counts a cache (each
+    operator's bytes at the cache's bandwidth, a run's); the alignment letter it adds ("" if none)."""
+    if roof.levels == 1:
+        return ""
+    headers.append(render.CACHE_HEADER)
+    for row, o in zip(rows, ops, strict=True):
+        row.append(render.resident_cell(o.resident_bytes, o.bytes))
+    return "r"
+
+
 def step_text(s: Setting, a: ModelAnalysis) -> str:
     """One step: every operator placed, then the step's totals, its memory and the notes."""
     t = a.totals
     rows = [op_row(o, t.time_s) for o in a.ops]
     headers = list(OP_HEADERS)
+    align = "llrrrrlr" + cache_column(headers, rows, a.ops, a.roof)
     tokens = t.tokens_per_s
     rate = f"≤ {render.num(tokens)} tokens/s" if tokens is not None else f"time to first token ≥ {_rate(t)}"
+    cached = f" ({render.nbytes(t.resident_bytes)} in cache)" if a.roof.levels == 2 else ""
     out = [
         *header(s, a.batch),
         "",
-        table(headers, rows, "llrrrrlr"),
+        table(headers, rows, align),
         "",
-        f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}, time ≥ {duration(t.time_s)}; {rate}",
+        f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}{cached}, time ≥ {duration(t.time_s)}; {rate}",
         f"memory-bound {render.pct(t.memory_bound_share)} of the time; "
         f"attention takes {render.pct(t.attention_share)} of the time",
         memory_line(a.memory, s.device.name),

@@ -27,10 +27,7 @@ def comparison_text(title: str, cmp: Comparison, dev_line: str) -> str:
         "",
         f"FLOPs {render.flops(cmp.flops)} (softmax {render.pct(softmax_share(u.cost))})",
         "",
-        table(
-            render.PLACEMENT_HEADERS,
-            [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)],
-        ),
+        render.placement_table([("unfused", u.placement), ("fused", f.placement)], cmp.roof),
         "",
         f"traffic unfused/fused: {render.num(cmp.traffic_ratio)}×   speedup ceiling from fusion: {render.num(cmp.speedup_ceiling)}×",
         "",
@@ -70,13 +67,7 @@ def latent_text(title: str, cmp: Comparison, dev_line: str, crosses: Mapping[str
         title,
         dev_line,
         "",
-        table(
-            render.PLACEMENT_HEADERS,
-            [
-                render.placement_row("naive", naive.placement),
-                render.placement_row("absorbed", absorbed.placement),
-            ],
-        ),
+        render.placement_table([("naive", naive.placement), ("absorbed", absorbed.placement)], cmp.roof),
         "",
         f"traffic naive/absorbed: {render.num(cmp.traffic_ratio)}×   time bound naive/absorbed: "
         f"{render.num(cmp.speedup_ceiling)}×",
@@ -101,12 +92,19 @@ def latent_text(title: str, cmp: Comparison, dev_line: str, crosses: Mapping[str
     return "\n".join(lines)
 
 
+ALONE = (
+    " (each head timed alone: with the cache counted, one head's operands can fit in it where a "
+    "layer's many heads would not, so heads × these is a lower bound; --memory-levels 1 scales exactly)"
+)
+"""The sweep's caveat on a two-level roof."""
+
+
 def linear_text(n: int, k: int, m: int, device: Device, roof: Roof, p: Placement, cross: Crossover) -> str:
     lines = [
         f"linear: {render.plural(n, 'token')} through a {k}×{m} weight",
         render.device_line(device, roof),
         "",
-        table(render.PLACEMENT_HEADERS, [render.placement_row("linear", p)]),
+        render.placement_table([("linear", p)], roof),
         "",
     ]
     if cross.never or cross.s_min is None:
@@ -139,7 +137,8 @@ def sweep_text(d: int, causal: bool, device: Device, roof: Roof, rows: Sequence[
     headers = ["s", "I unfused", "I fused", "unfused", "fused", "time unfused/head", "time fused/head"]
     return "\n".join(
         [
-            f"attention{mask} sweep, d={d}: one head of one sequence, so times are per head",
+            f"attention{mask} sweep, d={d}: one head of one sequence, so times are per head"
+            + (ALONE if roof.levels == 2 else ""),
             render.device_line(device, roof),
             "",
             table(headers, body, "rrrllrr"),

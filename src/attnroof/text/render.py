@@ -133,7 +133,25 @@ def device_line(dev: Device, roof: Roof) -> str:
     return (
         f"{escaped(dev.name)}{over} ({roof.dtype}): peak {peak(roof.peak_flops_per_s, roof.dtype)}, "
         f"bandwidth {bandwidth(roof.bandwidth_bytes_per_s)}{cap}; ridge {num(roof.ridge)} FLOP/byte"
+        + cache_clause(dev, roof)
     )
+
+
+def cache_clause(dev: Device, roof: Roof) -> str:
+    """What the bound assumes of ``dev``'s last-level cache, for the device line: nothing for a
+    device without a cache figure (its bound is the single-level one it always was)."""
+    if roof.levels == 2:
+        assert roof.cache_bytes is not None and roof.cache_bandwidth_bytes_per_s is not None
+        return (
+            f"; cache {nbytes(roof.cache_bytes)} at {bandwidth(roof.cache_bandwidth_bytes_per_s)}"
+            " (resident bytes charged there: docs/devices.md)"
+        )
+    speed = dev.cache_bandwidth_bytes_per_s
+    if dev.onchip_bytes is None or speed is None:
+        return ""
+    if speed <= roof.bandwidth_bytes_per_s:
+        return f"; single-level bound (its cache, at {bandwidth(speed)}, is no faster than that bandwidth)"
+    return "; single-level bound (--memory-levels 1: its cache not counted)"
 
 
 def placement_row(label: str, p: Placement) -> list[Any]:
@@ -150,6 +168,27 @@ def placement_row(label: str, p: Placement) -> list[Any]:
 
 
 PLACEMENT_HEADERS = ["", "FLOPs", "bytes", "FLOP/byte", "attainable", "time ≥", "limiter", "verdict"]
+CACHE_HEADER = "in cache"
+"""The column of the bytes charged at the last-level cache's bandwidth, and their share."""
+
+
+def resident_cell(resident: float, total: float) -> str:
+    """``34.6 MB (100%)``: the bytes charged at the cache's bandwidth and their share of all."""
+    if not resident:
+        return "0"
+    return f"{nbytes(resident)} ({pct(resident / total)})"
+
+
+def placement_table(rows: Sequence[tuple[str, Placement]], roof: Roof | None = None) -> str:
+    """Placements as a table: with an "in cache" column where ``roof`` counts a cache (without a
+    roof: where a row has bytes resident), else the single-level table it always was."""
+    cached = roof.levels == 2 if roof is not None else any(p.resident_bytes for _, p in rows)
+    headers = [*PLACEMENT_HEADERS, CACHE_HEADER] if cached else PLACEMENT_HEADERS
+    body = [
+        placement_row(label, p) + ([resident_cell(p.resident_bytes, p.bytes)] if cached else [])
+        for label, p in rows
+    ]
+    return table(headers, body)
 
 
 def stage_rows(cost: Cost, symbolic: Cost | None = None, itemsize: float | None = None) -> list[list[Any]]:

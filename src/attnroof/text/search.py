@@ -4,6 +4,7 @@ the plans that fit, best first."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from attnroof.model.search import Row, Search
 from attnroof.text import render
@@ -58,6 +59,10 @@ def told_apart(values: Sequence[float], fmt: Callable[[float, int], str] = durat
     return shown
 
 
+def _plan(r: Row, train: bool) -> str:
+    return plan_line(r.spread) + (f"; recompute {r.option.recompute}" if train else "")
+
+
 def _row(i: int, r: Row, train: bool, step: str, estimate: str) -> list[str]:
     t = r.totals
     rate = (
@@ -65,8 +70,7 @@ def _row(i: int, r: Row, train: bool, step: str, estimate: str) -> list[str]:
         if train
         else ("—" if t.get("tokens_per_s") is None else render.num(t["tokens_per_s"]))
     )
-    plan = plan_line(r.spread) + (f"; recompute {r.option.recompute}" if train else "")
-    return [str(i), plan, step, estimate, rate, render.nbytes(r.memory_bytes), r.limiter]
+    return [str(i), _plan(r, train), step, estimate, rate, render.nbytes(r.memory_bytes), r.limiter]
 
 
 def search_text(head: list[str], found: Search, top: int, train: bool, decode: bool) -> str:
@@ -90,3 +94,37 @@ def search_text(head: list[str], found: Search, top: int, train: bool, decode: b
     if more > 0:
         lines.append(f"[{more:,} more on the front: --top {len(found.front)} or --json]")
     return "\n".join(lines)
+
+
+def forecast_text(ranked: Any, top: int, train: bool) -> str:
+    """The plans by forecast: the front over forecast, memory and devices, best first, the bound
+    beside each."""
+    from attnroof.text.forecast import error_words
+
+    p, rk = ranked.profile, ranked.ranking
+    headers = ["#", "plan", "forecast", "step ≥", "MFU" if train else "—", "memory/device"]
+    shown = ranked.front[:top]
+    fore = told_apart([f for _, f in shown])
+    bound = told_apart([r.time_s for r, _ in shown])
+    rows = [
+        [
+            str(i),
+            _plan(r, train),
+            fore[i - 1],
+            bound[i - 1],
+            render.pct(ranked.mfu(r, f)) if train else "—",
+            render.nbytes(r.memory_bytes),
+        ]
+        for i, (r, f) in enumerate(shown, 1)
+    ]
+    how = (
+        "every plan whose bound could beat the best forecast was forecast"
+        if rk.settled
+        else f"the {rk.looked_at} fastest bounds were forecast; a slower bound might still forecast faster"
+    )
+    return "\n".join(
+        [
+            f"By forecast ({p.basis}, {error_words(p, 'train' if train else 'step')}): {how}.",
+            table(headers, rows, "rlrrrr"),
+        ]
+    )

@@ -132,6 +132,17 @@ def render(result: Any) -> str:
             + (f"{j.impl} fit" if j.impl else "fastest calibrated implementation")
             + ", collectives at their link-roof time), scheduled as vLLM's V1 engine does: an estimate."
         )
+    elif j.profile is not None:
+        from attnroof.serve.run import step_overhead
+        from attnroof.text.forecast import error_words
+
+        host = step_overhead(j)
+        out.append(
+            f"Simulated: each step forecast from {j.profile.basis} ({error_words(j.profile, 'serve')}): kernels at "
+            f"the fractions of their roofs real ones reach, collectives at the links' measured share, "
+            f"{host * 1e3:.3g} ms of host time a step; scheduled as vLLM's V1 engine does. --bound gives the "
+            "latencies no engine can beat."
+        )
     else:
         out.append(
             "Simulated: each step at its roofline bound (one kernel's time is max(F/P, bytes/B)), scheduled as "

@@ -34,7 +34,7 @@ def _stage_table(sym: Cost, cost: Cost) -> str:
 
 
 def _placements(rows: list[tuple[str, Placement]]) -> str:
-    return table(render.PLACEMENT_HEADERS, [render.placement_row(label, p) for label, p in rows])
+    return render.placement_table(rows)
 
 
 def _cross_text(c: Crossover, label: str) -> list[str]:

@@ -11,10 +11,10 @@ from attnroof.model.layers import params
 from attnroof.model.training import PASS_NAMES, TrainAnalysis
 from attnroof.model.training_memory import TrainMemory
 from attnroof.passes import WORDS
-from attnroof.roofline import Roof, place
+from attnroof.roofline import Roof, loop_resident, place
 from attnroof.sheet_backward import BackwardPart
 from attnroof.text import render
-from attnroof.text.model import OP_HEADERS, largest_context_text, op_row
+from attnroof.text.model import OP_HEADERS, cache_column, largest_context_text, op_row
 from attnroof.text.render import table
 from attnroof.units import duration
 
@@ -22,8 +22,10 @@ from attnroof.units import duration
 def stages_placed_text(cost: Cost, roof: Roof) -> str:
     """Each kernel of ``cost`` placed on ``roof`` on its own: the backward's GEMMs and passes
     each have their own intensity."""
-    rows = [render.placement_row(st.name, place((st.flops, st.bytes), roof)) for st in cost]
-    return table(render.PLACEMENT_HEADERS, rows)
+    resident = loop_resident(cost, roof)
+    return render.placement_table(
+        [(st.name, place((st.flops, st.bytes), roof, r)) for st, r in zip(cost, resident, strict=True)], roof
+    )
 
 
 def linear_pass_text(which: str, forward_text: str, cost: Cost, roof: Roof) -> str:
@@ -44,6 +46,7 @@ def train_text(head: list[str], a: TrainAnalysis) -> str:
     t = a.totals
     rows = [[op.pass_name, *op_row(op.result, t.time_s)] for op in a.ops]
     headers = ["pass", *OP_HEADERS]
+    cached = cache_column(headers, rows, [op.result for op in a.ops], a.roof)
     fl, tm = t.flops_by_pass, t.time_by_pass
     by_pass = ", ".join(
         f"{w} {render.flops(fl[w])} in {duration(tm[w])}" for w in PASS_NAMES if fl[w] or tm[w]
@@ -51,7 +54,7 @@ def train_text(head: list[str], a: TrainAnalysis) -> str:
     out = [
         *head,
         "",
-        table(headers, rows, "lllrrrrlr"),
+        table(headers, rows, "lllrrrrlr" + cached),
         "",
         f"step: {render.flops(t.flops)} ({by_pass}), {render.nbytes(t.bytes)}; time ≥ {duration(t.time_s)}, "
         f"≤ {render.num(t.tokens / t.time_s)} tokens/s",
@@ -132,10 +135,7 @@ def backward_part_markdown(g: BackwardPart) -> str:
         f"It reaches the ridge ({render.num(g.roof.ridge)} FLOP/byte) from s = {cf.s_min} "
         f"(I(s) = {render.expr(cf.intensity_expr)}); the forward does from s = {fw.s_min}: {same}.",
         "",
-        table(
-            render.PLACEMENT_HEADERS,
-            [render.placement_row("unfused", u.placement), render.placement_row("fused", f.placement)],
-        ),
+        render.placement_table([("unfused", u.placement), ("fused", f.placement)]),
         "",
         "G2. The unfused backward reads back the P its forward kept and sends dP and dS through "
         f"memory: seven score-sized passes, {render.num(g.backward.traffic_ratio)}× the fused traffic.",
