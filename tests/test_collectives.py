@@ -4,6 +4,8 @@ the algorithms a fabric allows (one-shot, two-shot, NVLS, a bridge) against publ
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from attnroof.devices import get_device
@@ -11,11 +13,13 @@ from attnroof.devices.links import Links, links_from_record
 from attnroof.errors import DeviceFileError, InputError
 from attnroof.model.parallel import group_link
 from attnroof.ops.collectives import (
+    HIERARCHICAL,
     NVLS,
     ONE_SHOT,
     PAIRWISE,
     RING,
     TWO_SHOT,
+    across_nodes,
     algorithms,
     all_gather,
     all_reduce,
@@ -182,3 +186,121 @@ def test_a_devices_new_link_fields_are_read_and_checked():
     assert again.bridge == links.bridge and again.scaleup == links.scaleup
     with pytest.raises(DeviceFileError, match="scaleup_peer_access = 'yes' must be true or false"):
         links_from_record({"links": {"scaleup_peer_access": "yes"}}, "")
+
+
+# --------------------------------------------------------------- across nodes
+
+HGX_H100 = get_device("H100 SXM").links  # 8 a node: NVLink 450e9, one 400 Gb/s NIC (50e9) a GPU
+
+
+def test_a_group_across_nodes_rides_every_nic_of_a_node_and_nvlink_inside():
+    link = group_link(HGX_H100, 16, 1, "--tp 16")
+    assert (link.kind, link.per_node, link.inner) == ("scale-out", 8, HGX_H100.scaleup)
+    assert group_link(HGX_H100, 4, 8, "--dp 4").per_node == 1  # TP 8 inside: one replica a node
+    assert group_link(HGX_H100, 8, 4, "--dp 8").per_node == 2  # TP 4: two replicas a node
+    assert group_link(HGX_H100, 8, 1, "--tp 8").per_node == 0  # one domain: scale-up, no nodes
+
+
+@pytest.mark.parametrize(
+    ("fn", "nic", "least", "steps", "local"),
+    [  # 4 nodes of 8 (k = 4, g = 8, n = 32), M = 64 MiB; H100's peer access: h = 1
+        (all_reduce, 2 * 3 / 4 * M / 8, M, 2 * 2, 2),  # X = 2(k − 1)/k · M over 8 NICs; D = M; 2⌊log₂ 4⌋
+        (reduce_scatter, 3 / 4 * M / 8, 31 / 32 * M, 2, 1),  # X = (k − 1)/k · M; D = (n − 1)/n · M
+        (all_gather, 3 / 4 * M / 8, 31 / 32 * M, 2, 1),
+        (all_to_all, 3 / 4 * M, 31 / 32 * M, 24, 7),  # each device's 24/32 of its buffer on its NIC
+    ],
+)
+def test_across_nodes_each_collective_sends_what_must_leave_a_node(fn, nic, least, steps, local):
+    ring = fn(M, 32)
+    c = across_nodes(ring, group_link(HGX_H100, 32, 1, "32 devices"))
+    assert c.algorithm == HIERARCHICAL and c.per_node == 8
+    assert c.bytes_per_device == pytest.approx(ring.bytes_per_device)  # in all: the ring's, most on NVLink
+    assert (c.network_bytes, c.least_bytes, c.steps, c.local_steps) == pytest.approx(
+        (nic, least, steps, local)
+    )
+
+
+def test_across_nodes_a_send_stays_a_send_and_one_a_node_keeps_the_rings_bytes():
+    link = group_link(HGX_H100, 4, 8, "--dp 4")  # one device of the group a node, on its own NIC
+    assert send_recv(M).on(link) == pytest.approx(3.6e-6 + 2.7e-6 + M / 50e9)
+    c, t = fastest(reduce_scatter(M, 4), link)
+    # g = 1: X = 3/4 · M from each device's one NIC, the ring's bytes; ⌊log₂ 4⌋ = 2 hops, not 3
+    assert (c.algorithm, c.network_bytes, c.steps, c.local_steps) == (HIERARCHICAL, 3 / 4 * M, 2, 0)
+    assert c.bytes_per_device == c.network_bytes
+    assert t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 3 / 4 * M / 50e9)
+
+
+def test_the_oci_16_gib_all_reduce_over_two_hgx_h100_nodes_by_hand():
+    """OCI's 2 × BM.GPU.H100.8 (16 × 200 Gb/s RoCE a node = 50 GB/s a GPU), nccl-tests all_reduce_perf
+    at 16 GiB: 69.338 ms measured (data/public/collectives.jsonl, comm-oci-nccltests-h100). Each
+    node sends 2 · 1/2 · M = M out over its 8 NICs, 2^31 B a NIC at 50e9: 42.950 ms; each device
+    takes in the 2^34-byte sum over NVLink and its NIC at once, 2^34 / 500e9 = 34.360 ms; latency
+    3.6 + 2 · ⌊log₂ 2⌋ · 2.7 + 2 · 1 · 0.47 (peer access: one hop each way in a node) = 9.94 µs.
+    42.960 ms, 1.61× under the measurement; the ring over all 16 at one NIC's β was 0.644 s."""
+    m = 2**34
+    c, t = fastest(all_reduce(m, 16), group_link(HGX_H100, 16, 1, "16 devices"))
+    assert (c.network_bytes, c.least_bytes, c.steps, c.local_steps) == (2**31, m, 2, 2)
+    assert c.bytes_per_device == 2 * 15 / 16 * m  # in all, as a ring sends: 7/8 · 2M of it on NVLink
+    assert t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 2 * 0.47e-6 + 2**31 / 50e9)
+    assert t == pytest.approx(42.960e-3, rel=1e-4) and t < 69.338e-3
+    assert all_reduce(m, 16).time_s(50e9, 2.7e-6, 3.6e-6) == pytest.approx(0.6443, rel=1e-3)  # the old ring
+
+
+def test_two_hgx_a100_nodes_by_hand():
+    """OCI's 2 × BM.GPU4.8 (A100 40GB; 16 × 100 Gb/s RoCE a node: 200 GB/s, 25 GB/s a GPU), 10 GiB
+    all-reduce, 90.33 ms measured (comm-oci-nccltests-a100). NICs: M/8 = 1,342,177,280 B at 25e9 =
+    53.687 ms; a device: M / (300e9 + 25e9) = 33.038 ms; 9.94 µs of latency (NVSwitch 2: peer
+    access, no NVLS). 53.697 ms: 1.68× under. On AWS p4d's 50 GB/s a node (the catalog's 6.25e9 a
+    GPU) the NICs take 214.7 ms instead, and the network, not NVLink, sets the bound either way."""
+    m = 10 * 2**30
+    links = replace(get_device("A100 SXM 40GB").links, scaleout_bytes_per_s=25e9)
+    c, t = fastest(all_reduce(m, 16), group_link(links, 16, 1, "16 devices"))
+    assert c.network_bytes == m / 8 and c.least_bytes / (300e9 + 25e9) < c.network_bytes / 25e9
+    assert t == pytest.approx(9.94e-6 + m / 8 / 25e9) and t == pytest.approx(53.697e-3, rel=1e-4)
+    assert t < 90.33e-3
+    p4d = all_reduce(m, 16).on(group_link(get_device("A100 SXM 40GB").links, 16, 1, "16 devices"))
+    assert p4d == pytest.approx(9.94e-6 + m / 8 / 6.25e9) and p4d == pytest.approx(214.76e-3, rel=1e-4)
+
+
+def test_a_small_all_reduce_across_four_nodes_pays_a_trees_hops_not_a_rings():
+    """8 kB over 4 × 8 H100 (a decode all-reduce at TP 32): 3.6 µs + 2 · ⌊log₂ 4⌋ · 2.7 µs + 2 ·
+    0.47 µs = 15.34 µs before the bytes (8,192 · 2 · 3/4 / 8 = 1,536 B a NIC: 0.03 µs), where a ring
+    of 32 at one NIC took 3.6 + 62 · 2.7 = 171 µs. NCCL's own model of its tree (tuning.cc, 2.17:
+    4.4 + 2 · (7 · 0.52 + 2 · 5.0)) is 31.7 µs; the B200 rows of the same shape (4 nodes of 8, EFA)
+    measure 6.3 ms at 32 KiB through all_reduce_bench.py (data/public/collectives.jsonl)."""
+    m = 8192
+    c, t = fastest(all_reduce(m, 32), group_link(HGX_H100, 32, 1, "--tp 32"))
+    assert (c.steps, c.local_steps, c.network_bytes) == (4, 2, 1536)
+    assert t == pytest.approx(3.6e-6 + 4 * 2.7e-6 + 2 * 0.47e-6 + 1536 / 50e9)
+    assert t == pytest.approx(15.371e-6, rel=1e-4)
+    assert t < 4.4e-6 + 2 * (7 * 0.52e-6 + 2 * 5.0e-6) < all_reduce(m, 32).time_s(50e9, 2.7e-6, 3.6e-6)
+    # without peer access in the node (a PCIe box): a chain of g − 1 = 7 hops each way, 14 × 0.47
+    pcie = replace(HGX_H100, scaleup_peer_access=False, scaleup_switch_reduction=False)
+    assert across_nodes(all_reduce(m, 32), group_link(pcie, 32, 1, "--tp 32")).local_steps == 14
+
+
+def test_a_wide_domain_is_bound_by_what_each_device_takes_in():
+    """Two 72-GPU NVLink domains (GB200 NVL72: 900 GB/s one way, 50 GB/s NICs): the 72 NICs of a
+    domain carry its M out in M / 3.6e12 B/s, less than each device's own M in over NVLink and its
+    NIC, M / 950e9: that limit sets the bound."""
+    links = Links(
+        scaleup_bytes_per_s=900e9, scaleup_domain=72, scaleout_bytes_per_s=50e9, scaleup_peer_access=True
+    )
+    c, t = fastest(all_reduce(2**30, 144), group_link(links, 144, 1, "144 devices"))
+    assert c.network_bytes == 2**30 / 72
+    assert t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 2 * 0.47e-6 + 2**30 / 950e9)
+
+
+def test_across_nodes_without_a_known_scale_up_link_leaves_only_the_nics():
+    links = Links(scaleup_domain=8, scaleout_bytes_per_s=50e9)  # no NVLink figure: NVLink free
+    c, t = fastest(all_reduce(M, 16), group_link(links, 16, 1, "16 devices"))
+    assert c.local_steps == 14 and t == pytest.approx(3.6e-6 + 2 * 2.7e-6 + M / 8 / 50e9)
+
+
+def test_across_nodes_on_arrays_of_sizes():
+    np = pytest.importorskip("numpy")
+    sizes = np.array([8192.0, 2.0**30])
+    link = group_link(HGX_H100, 16, 1, "16 devices")
+    c, t = fastest(all_reduce(sizes, 16), link)
+    assert t.tolist() == pytest.approx([all_reduce(float(m), 16).on(link) for m in sizes], rel=1e-12)
+    assert c.algorithm == HIERARCHICAL

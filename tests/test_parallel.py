@@ -296,17 +296,26 @@ def test_a_multi_node_a100_plan_is_costed_on_its_scale_out():
     roof = Roof.of(dev, "bf16")
     s = spread(L70, "decode", 8, 8192, roof, dev.links, Plan(tp=16), capacity_bytes=dev.capacity_bytes)
     ar = next(c for c in s.slowest.comms if c.comm.name == "attention all-reduce")
-    # TP 16 spans two boards: NCCL's ring on the network, 3.6 µs + 30 × 2.7 µs + 2 · 15/16 ·
-    # 131,072 B / 25e9 B/s = 3.6 + 81 + 9.83 = 94.43 µs (no peer access, no NVLS across nodes)
-    assert (ar.link.kind, ar.comm.algorithm) == ("scale-out", "ring")
-    assert ar.time_s == pytest.approx(3.6e-6 + 30 * 2.7e-6 + 2 * 15 / 16 * 131_072 / 25e9)
-    assert ar.time_s == pytest.approx(94.43e-6, rel=1e-4)
-    # training, TP 8 × DP 2: the gradients' all-reduce (2 devices 8 apart) rides the network:
+    # TP 16 spans two boards, 8 a board, each GPU on its own NIC: each board sends its 131,072 B
+    # out over 8 NICs, 16,384 B a NIC at 25e9 (0.655 µs; each device's 131,072 B in over NVLink and
+    # its NIC, / 325e9, is 0.403), after 3.6 µs + 2 × 2.7 µs (a network hop each way) + 2 × 0.47
+    # µs (one NVLink hop each way: peer access): 10.60 µs, where a ring of 16 on one NIC took
+    # 3.6 + 30 × 2.7 + 2 · 15/16 · 131,072 / 25e9 = 94.43 µs
+    assert (ar.link.kind, ar.comm.algorithm, ar.comm.per_node) == ("scale-out", "hierarchical", 8)
+    assert ar.time_s == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 2 * 0.47e-6 + 131_072 / 8 / 25e9)
+    assert ar.time_s == pytest.approx(10.595e-6, rel=1e-4)
+    # training, TP 8 × DP 2: the gradients' all-reduce (2 devices 8 apart, one a board) rides the
+    # network, the ring's bytes and hops (g = 1: 2 · 1/2 · M from each NIC, 2 ⌊log₂ 2⌋ = 2 hops):
     # 1.004 G parameters a device × 2 B = 2,008,031,232 B;
     # 3.6 + 2 × 2.7 µs + 2,008,031,232 B / 25e9 B/s = 80.330 ms
     r = run_cli("model", "--model", "llama-3.1-8b", "--phase", "train", "--batch", "8", "--context", "4096",
                 "--device", "A100 SXM 80GB", "--tp", "8", "--dp", "2", "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr
     sync = next(o for o in json.loads(r.stdout)["ops"] if o["name"] == "gradient all-reduce")
-    assert (sync["link"], sync["algorithm"], sync["message_bytes"]) == ("scale-out", "ring", 2_008_031_232)
+    assert (sync["link"], sync["algorithm"], sync["message_bytes"]) == (
+        "scale-out",
+        "hierarchical",
+        2_008_031_232,
+    )
+    assert sync["devices_per_node"] == 1
     assert sync["time_s"] == pytest.approx(9e-6 + 2_008_031_232 / 25e9) == pytest.approx(80.330e-3, rel=1e-4)

@@ -70,7 +70,7 @@ def test_llama_70b_on_64_h100s_a_megatron_plan_first():
     same = run_cli(
         "model", *L70, "--phase", "train", "--batch", "512", "--context", "8192",
         "--tp", str(p["tp"]), "--pp", str(p["pp"]), "--dp", str(p["dp"]), "--cp", str(p["cp"]),
-        "--microbatches", str(p["microbatches"]),
+        "--cp-comm", p["cp_comm"], "--microbatches", str(p["microbatches"]),
         "--zero", str(p["zero"]), "--recompute", best["recompute"], "--overlap",
         *(["--sp"] if p["sequence_parallel"] else []), "--json",
     ).json()["totals"]  # fmt: skip

@@ -8,9 +8,11 @@ is computed through the library alone:
     kind          bound                                                      measured
     collective    ops.collectives (α₀ + steps·α + bytes/β, the fastest      measured_s, or nccl-tests'
                   algorithm the link allows: ring, one-shot, two-shot,       busbw: bytes per device / busbw
-                  NVLS) on the link ``model.parallel.group_link`` picks
-                  for the group (its scale-up domain = one node's devices;
-                  a bridged pair: the bridge)
+                  NVLS; across nodes, hierarchical) on the link
+                  ``model.parallel.group_link`` picks for the group (its
+                  scale-up domain = one node's devices; a bridged pair:
+                  the bridge; across nodes each device's share of the
+                  NICs the row's ``fabric`` names)
     elementwise,  the ops.elementwise formula (its backward, ops.backward,   measured_s, or the source's
     norm,         for bwd) placed on the device's roof, max(F/P, bytes/B)    bytes / measured bytes/s
     activation    per kernel, summed over the passes
@@ -31,6 +33,7 @@ import functools
 import importlib.util
 import json
 import math
+import re
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -56,8 +59,6 @@ SLACK = 1e-9
 """Relative: a bound equal to the measurement (a rounded source figure) still holds."""
 
 NEEDS = {
-    "scale-out": "needs rule scale-out: a multi-node collective crosses the network on every NIC of a node "
-    "at once and mostly over NVLink, not the whole ring at one NIC's β",
     "l2": "needs rule l2 on the RTX 5090: its rows are warm, but the catalog has no sourced L2 "
     "bandwidth for it (a device without one keeps the single-level bound)",
 }
@@ -126,13 +127,29 @@ def collective_comm(r: dict[str, Any]) -> coll.Comm:
     return coll.COLLECTIVE_FN[r["collective"]](r["message_bytes"], r["devices"])
 
 
+FABRIC = re.compile(r"-(\d+)x(\d+)g$")
+"""A cluster network as a row names it: ``roce-16x200g`` is 16 ports of 200 Gb/s a node."""
+
+
+def fabric_nic(r: dict[str, Any]) -> float | None:
+    """Each device's share of its node's NICs, bytes/s one way, where the row names its network
+    (``roce-16x100g`` over 8 devices a node: 16 · 100e9 / 8 bits/s = 200 GB/s a node, 25 GB/s a
+    device); None for a fabric inside one node."""
+    found = FABRIC.search(r.get("fabric", ""))
+    if found is None:
+        return None
+    ports, gbps = (int(x) for x in found.groups())
+    return ports * gbps * 1e9 / 8 / (r["devices"] // r["nodes"])
+
+
 def collective_link(dev: Device, r: dict[str, Any]) -> Any:
     """The link of a group of ``devices`` over ``nodes`` nodes: one node is the device's scale-up
-    domain; across nodes the domain is one node's share of the group, so the group crosses the
-    scale-out link."""
+    domain; across nodes the domain is one node's share of the group, whose devices each ride their
+    share of the node's NICs as the row's fabric names them (the catalog's where it names none)."""
     links = dev.links
     if r["nodes"] > 1:
-        links = replace(links, scaleup_domain=r["devices"] // r["nodes"])
+        nic = fabric_nic(r) or links.scaleout_bytes_per_s
+        links = replace(links, scaleup_domain=r["devices"] // r["nodes"], scaleout_bytes_per_s=nic)
     return group_link(links, r["devices"], 1, f"{r['collective']} over {r['devices']} devices")
 
 
@@ -292,10 +309,12 @@ def test_two_rows_by_hand() -> None:
 
     Liger's RMSNorm on an A100 80GB, 2048 tokens of 4096 in bf16 (forward, L2 flushed): it reads
     X and the scale and writes Y, 2·(2048·4096 + 4096 + 2048·4096) = 33,562,624 bytes, at
-    2.039 TB/s 16.46 µs; measured 31.07 µs. OCI's 16 GiB all-reduce over 2 nodes of 8 H100s: a
-    ring over the 16 sends 2·15/16 of 17,179,869,184 bytes per device, 32.2 GB, at the H100's
-    50 GB/s scale-out link 0.644 s (plus 3.6 µs + 30 × 2.7 µs of latency), where NCCL measured
-    69.3 ms: the scale-out rule's row, 9.3× under today's bound.
+    2.039 TB/s 16.46 µs; measured 31.07 µs. OCI's 16 GiB all-reduce over 2 nodes of 8 H100s (16 ×
+    200 Gb/s RoCE a node, 50 GB/s a GPU): each node sends 2 · 1/2 · M = M = 17,179,869,184 bytes
+    out over its 8 NICs, 2,147,483,648 a NIC at 50 GB/s, 42.95 ms, more than each device's M in
+    over NVLink and its NIC at once (M / 500 GB/s = 34.4 ms); latency 3.6 µs + 2 × 2.7 µs (one
+    network hop each way) + 2 × 0.47 µs (one NVLink hop each way). 42.96 ms where NCCL measured
+    69.3 ms: measured/bound 1.61 (a ring of all 16 at one NIC's β bound it at 0.644 s, 9.3× over).
     """
     by_where = {
         (c.row["source"], c.row["where"], c.row.get("hidden"), c.row.get("message_bytes")): c
@@ -320,9 +339,20 @@ def test_two_rows_by_hand() -> None:
             17179869184,
         )
     ]
-    sent = 2 * 15 / 16 * 17179869184
-    assert ring.bound_s == pytest.approx(3.6e-6 + 30 * 2.7e-6 + sent / 50e9)
-    assert ring.bound_s / ring.measured_s == pytest.approx(9.29, rel=1e-3)
+    per_nic = 17179869184 / 8
+    assert ring.bound_s == pytest.approx(3.6e-6 + 2 * 2.7e-6 + 2 * 0.47e-6 + per_nic / 50e9)
+    assert ring.measured_s / ring.bound_s == pytest.approx(1.614, rel=1e-3)
+
+
+def test_the_fabric_a_row_names_sets_its_nics():
+    """A row measured on another network than the catalog's: OCI's A100 nodes have 16 × 100 Gb/s
+    RoCE ports (25 GB/s a GPU), not AWS p4d's 4 × 100 Gb/s (6.25 GB/s, the catalog's): its 10 GiB
+    all-reduce is bound at M/8 / 25e9 + 9.94 µs = 53.70 ms against 90.33 ms measured."""
+    row = {"fabric": "roce-16x100g", "devices": 16, "nodes": 2}
+    assert fabric_nic(row) == 25e9 and fabric_nic({**row, "fabric": "nvswitch"}) is None
+    assert fabric_nic({"fabric": "efa-v4-8x400g", "devices": 32, "nodes": 4}) == 50e9
+    (a100,) = [c for c in checked() if c.row["source"] == "comm-oci-nccltests-a100"]
+    assert a100.bound_s == pytest.approx(9.94e-6 + 10 * 2**30 / 8 / 25e9) and a100.measured_s == 0.09033
 
 
 def summary() -> str:

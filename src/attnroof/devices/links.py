@@ -14,6 +14,11 @@ together (H100: "900 GB/s" = 450 GB/s each way); such a headline is halved once,
                 neighbours), s: NCCL's own cost model (``src/graph/tuning.cc``) in its low-latency
                 ring protocol, which small messages (decode's all-reduces) take
 
+A group wider than one domain rides the scale-out link with ``per_node`` of its devices in each
+node and the scale-up link between them (``inner``): every device has its own NIC (an HGX board's
+eight, rail-optimised), and the collective crosses the network only with what must leave a node
+(:func:`attnroof.ops.collectives.across_nodes`).
+
 What the scale-up fabric can do beyond a ring (:func:`attnroof.ops.collectives.algorithms`):
 
     scaleup_peer_access        every device loads and stores every peer's memory over the link
@@ -90,6 +95,18 @@ class Link:
     """Every device reaches every peer's memory: one-shot and two-shot all-reduce."""
     switch_reduction: bool = False
     """The switch reduces: NVLS all-reduce."""
+    per_node: int = 0
+    """A group that spans nodes: its devices in each node, each with its own NIC (this link), the
+    group's collectives costed across nodes (:func:`attnroof.ops.collectives.across_nodes`); 0: a
+    link inside one domain, or one device's NIC alone."""
+    inner: Link | None = None
+    """A group that spans nodes: the scale-up link between its devices in one node."""
+
+    @property
+    def nic(self) -> Link:
+        """This link as each device's NIC alone, for bytes already cut per device (the share of
+        an all-to-all that leaves its node)."""
+        return Link(self.kind, self.bandwidth_bytes_per_s, self.latency_s, self.name, self.base_latency_s)
 
 
 @dataclass(frozen=True, slots=True)

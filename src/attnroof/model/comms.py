@@ -91,6 +91,11 @@ class CommOp:
             "layer_kind": self.layer_kind,
             "operator": self.comm.collective,
             "algorithm": self.comm.algorithm,
+            **(
+                {"devices_per_node": self.comm.per_node, "network_bytes": float(self.comm.network_bytes)}
+                if self.comm.per_node
+                else {}
+            ),
             **({"pass": self.pass_name} if self.pass_name else {}),
         }
 
@@ -163,7 +168,8 @@ def expert_exchange(
                 across = coll.all_to_all_split(routed * nodes / model.experts.top_k, ep, local, name=name)[1]
             if local > 1:
                 out.append(CommOp(inside, moe, group_link(links, local, e, f"--ep {ep}"), kind, pass_name))
-            out.append(CommOp(across, moe, group_link(links, ep, e, f"--ep {ep}"), kind, pass_name))
+            nic = group_link(links, ep, e, f"--ep {ep}").nic  # the share leaving the node, on its own NIC
+            out.append(CommOp(across, moe, nic, kind, pass_name))
     if e > 1 and (ep > 1 or e != plan.tp):
         link = group_link(links, e, 1, f"--etp {e}")
         out += [

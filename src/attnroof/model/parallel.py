@@ -38,7 +38,7 @@ etp · ep · edp, with etp = tp here), so ``ep`` divides ``dp · cp``. Devices =
 
 Groups are laid out TP innermost, then CP, then DP (with EP inside CP × DP), then PP
 (Megatron's ``tp-cp-ep-dp-pp``): a group of ``n`` devices ``stride`` apart rides the scale-up
-link when ``stride · n`` fits in one scale-up domain, the scale-out link otherwise.
+link when ``stride · n`` fits in one scale-up domain, else scale-out (a NIC a device, NVLink in a node).
 """
 
 from __future__ import annotations
@@ -319,10 +319,10 @@ def stages(layers: int, pp: int) -> list[tuple[int, int]]:
 
 
 def group_link(links: Links, n: int, stride: int, what: str) -> Link:
-    """The link a group of ``n`` devices ``stride`` apart communicates over: the NVLink bridge
-    when the ``stride · n`` devices it spans are one bridged set (a pair of cards), scale-up
-    when they fit in one scale-up domain (or the domain is unknown), else scale-out.
-    :class:`InputError` when the device has no such figure (tests/test_collectives.py: a bridge)."""
+    """The link a group of ``n`` devices ``stride`` apart communicates over: the NVLink bridge when
+    the ``stride · n`` devices it spans are one bridged set (a pair), scale-up when they fit in one
+    scale-up domain (or it is unknown), else scale-out: its :func:`local_members` in each node on
+    their own NICs, scale-up between them. :class:`InputError` when the device lacks the figure."""
     bridge = links.bridge
     if bridge is not None and stride * n <= links.bridge_devices:
         return bridge
@@ -341,7 +341,7 @@ def group_link(links: Links, n: int, stride: int, what: str) -> Link:
             "has no scale-out bandwidth: give --scaleout-bandwidth BYTES_PER_S",
             param="--scaleout-bandwidth",
         )
-    return links.scaleout
+    return replace(links.scaleout, per_node=local_members(links, n, stride), inner=links.scaleup)
 
 
 def local_members(links: Links, n: int, stride: int) -> int:

@@ -175,6 +175,8 @@ def tied_embedding_sync(
     if not model.tied or plan.pp == 1 or not (shard.first == 0 or last):
         return []
     link = group_link(links, plan.pp, plan.tp * plan.cp * plan.dp, f"--pp {plan.pp}")
+    if link.per_node:  # a pipeline across nodes: its first and last stages each in its own node
+        link = replace(link, per_node=1)
     grads = -(-model.vocab // plan.tp) * model.hidden * prec.grad_itemsize
     return [CommOp(coll.all_reduce(grads, 2, name="tied embedding all-reduce"), 1, link, GRADIENT_SYNC, STEP)]
 

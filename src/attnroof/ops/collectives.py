@@ -1,5 +1,8 @@
 """Collectives: the bytes each device sends over its links, and their time on the link roof.
 
+Length: the one place collectives are costed: the tables of the algorithms a fabric allows in a
+node and across nodes, each a short function, and the choice among them.
+
 For ``n`` devices and a message of ``M`` bytes — ``M`` as nccl-tests counts its *size*: the
 buffer each device holds (all-reduce: in = out; all-gather: the gathered output; reduce-scatter:
 the input before scattering; all-to-all: each device's whole send buffer) — NCCL's ring or
@@ -45,11 +48,44 @@ Elsewhere busbw is the rate each device's link actually carries, the figure to h
 link's one-way bandwidth β (the link roof), whatever ``n``; algbw is what the caller's message
 sees. Reductions add (n − 1)/n · M/itemsize numbers per device, far below any compute roof: not
 counted.
+
+Across nodes (:func:`across_nodes`, the algorithm ``hierarchical``): a group of n devices over k
+nodes, g in each (n = k · g), each device with its own NIC of one-way β (an HGX board's eight,
+rail-optimised; the other devices' NICs carry their own groups) and the scale-up link β↑ between
+the g of a node. NCCL runs one ring or tree per NIC and moves inside a node over NVLink, so only
+what must leave a node crosses the network. Two limits no algorithm escapes:
+
+    out of a node    each node sends at least X over its g NICs:          ≥ X / (g · β)
+    one device       each device takes in (or sends) at least D, over its
+                     NIC and its scale-up link at once:                   ≥ D / (β + β↑)
+
+    collective       X (a node, out)        D (a device)         hops across    hops in a node
+    all-reduce       2 (k − 1)/k · M        M in: the sum        2 ⌊log₂ k⌋     2 h
+    reduce-scatter     (k − 1)/k · M        (n − 1)/n · M out      ⌊log₂ k⌋       h
+    all-gather         (k − 1)/k · M        (n − 1)/n · M in       ⌊log₂ k⌋       h
+    all-to-all       g (k − 1)/k · M        (n − 1)/n · M out    n − g          g − 1
+    send/recv        M on the one NIC (one device to one device, as on any link)
+
+    time = α₀ + hops across · α + hops in a node · α↑ + max(X / (g · β), D / (β + β↑))
+    h    = 1 where the scale-up fabric reaches peers' memory or reduces (one-shot, NVLS), else g − 1
+
+X: a node's share of another node's reduce-scatter needs its contribution to each of those
+(k − 1)/k · M elements, and an all-gather brings in the (k − 1)/k · M others hold; an all-reduce
+sends 2 (k − 1)/k · M (Patarasuk and Yuan's lower bound, J. Parallel Distrib. Comput. 69(2),
+2009, with a node as one party), which a hierarchical ring reaches: a reduce-scatter in the node,
+an all-reduce of M/g on each NIC's ring of k, an all-gather in the node. An all-to-all's
+(k − 1)/k of each buffer leaves the node on its own device's NIC. D: an all-reduce's device must
+receive the M-byte sum; a reduce-scatter sends its part of each other device's share, an
+all-to-all its buffer's others' parts, an all-gather receives the others' parts. The hops are the
+fewest NCCL's algorithms take (``src/graph/tuning.cc``: its tree's 2 · log2i(nNodes) network hops
+and a chain of g − 1 in each node, each way), at the ring's LL latencies α₀, α, α↑ (the tree's own
+are higher: 4.4 µs a call, 5.0 µs a network hop). Not modelled: in-network reduction (InfiniBand
+SHARP, NCCL's CollNet), with which a node sends M.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from attnroof import arrays
@@ -71,6 +107,8 @@ COLLECTIVES = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, SEND_RECV)
 RING, PAIRWISE, P2P, ONE_SHOT, TWO_SHOT, NVLS = "ring", "pairwise", "p2p", "one-shot", "two-shot", "NVLS"
 """The algorithms (the module's tables): NCCL's ring (all-reduce, reduce-scatter, all-gather),
 pairwise exchange (all-to-all), point to point (send/recv); and the peer-memory all-reduces."""
+HIERARCHICAL = "hierarchical"
+"""A collective across nodes (:func:`across_nodes`): NVLink inside each node, every NIC between."""
 PEER_MEMORY = (ONE_SHOT, TWO_SHOT, NVLS)
 """The algorithms that pay no per-call α₀: one kernel reading and writing peers' memory."""
 
@@ -87,6 +125,17 @@ class Comm:
     bytes_per_device: Num
     steps: Any
     algorithm: str = RING
+    per_node: int = 0
+    """Across nodes (:func:`across_nodes`): its devices in each node, g, and ``steps`` the hops
+    across; 0: one link carries it all."""
+    network_bytes: Num = 0
+    """Across nodes: the part of ``bytes_per_device`` that leaves the node on the device's NIC
+    (X/g); the rest rides the scale-up link."""
+    least_bytes: Num = 0
+    """Across nodes: what each device must at least take in or send, D, over its NIC and its
+    scale-up link together."""
+    local_steps: Any = 0
+    """Across nodes: the hops inside a node."""
 
     @property
     def bus_factor(self) -> Num:
@@ -101,22 +150,40 @@ class Comm:
         base = 0.0 if self.algorithm in PEER_MEMORY else base_latency_s
         return base + self.steps * latency_s + self.bytes_per_device / bandwidth_bytes_per_s
 
+    def time_on(self, link: Any) -> Num:
+        """Its time on ``link``: :meth:`time_s` on the link's figures, or, across nodes, α₀ +
+        hops · α + hops in a node · α↑ + max(X / (g · β), D / (β + β↑)) (the module's last table;
+        the device's limit only where the group has peers in its node on a known scale-up link)."""
+        beta = link.bandwidth_bytes_per_s
+        if not self.per_node or self.devices <= 1:
+            return self.time_s(beta, link.latency_s, link.base_latency_s)
+        inner = link.inner
+        up_latency = inner.latency_s if inner is not None else 0.0
+        wire = self.network_bytes / beta  # X/g over each NIC
+        if self.per_node > 1 and inner is not None:
+            wire = arrays.maximum(wire, self.least_bytes / (beta + inner.bandwidth_bytes_per_s))
+        return link.base_latency_s + self.steps * link.latency_s + self.local_steps * up_latency + wire
+
     def on(self, link: Link) -> float:
         """Its time on ``link`` under the fastest algorithm the link allows (:func:`fastest`)."""
         return float(fastest(self, link)[1])
 
     def scaled(self, k: Num) -> Comm:
-        return Comm(
-            self.name,
-            self.collective,
-            self.devices,
-            self.message_bytes * k,
-            self.bytes_per_device * k,
-            self.steps,
-            self.algorithm,
+        return replace(
+            self,
+            message_bytes=self.message_bytes * k,
+            bytes_per_device=self.bytes_per_device * k,
+            network_bytes=self.network_bytes * k,
+            least_bytes=self.least_bytes * k,
         )
 
     def to_json(self) -> dict[str, Any]:
+        across = {
+            "devices_per_node": self.per_node,
+            "network_bytes_per_device": self.network_bytes,
+            "least_bytes_per_device": self.least_bytes,
+            "local_steps": self.local_steps,
+        }
         return {
             "collective": self.collective,
             "algorithm": self.algorithm,
@@ -125,6 +192,7 @@ class Comm:
             "bytes_per_device": self.bytes_per_device,
             "steps": self.steps,
             "bus_factor": self.bus_factor,
+            **(across if self.per_node else {}),
         }
 
 
@@ -248,11 +316,50 @@ def nvls_all_reduce(message_bytes: Num, devices: int, *, name: str = ALL_REDUCE)
     return Comm(name, ALL_REDUCE, devices, message_bytes, message_bytes if devices > 1 else 0, 2, NVLS)
 
 
+def across_nodes(comm: Comm, link: Any) -> Comm:
+    """``comm`` over a group that spans nodes, ``link.per_node`` of its devices in each (g; k =
+    n/g nodes, a fraction where the layout is uneven), each on its own NIC (``link``) with the
+    scale-up link ``link.inner`` between them: what each NIC sends (X/g), what each device must
+    move (D), the hops across and inside a node (the module's last table). Its bytes per device
+    are the hierarchical ring's in all, the flat ring's figure (an all-reduce: 2 (g − 1)/g · M in
+    the node and 2 (k − 1)/k · M/g on the NIC, 2 (n − 1)/n · M), of which X/g cross the network.
+    A send stays a send.
+
+    >>> from attnroof.devices.links import Link
+    >>> nvlink = Link("scale-up", 450e9, 0.47e-6, peer_access=True)
+    >>> nic = Link("scale-out", 50e9, 2.7e-6, per_node=8, inner=nvlink)   # 2 HGX nodes of 8
+    >>> c = across_nodes(all_reduce(2**30, 16), nic)   # 1 GiB: X = 2 · 1/2 · M, an eighth a NIC
+    >>> c.bytes_per_device, c.network_bytes, c.least_bytes, c.steps, c.local_steps
+    (2013265920.0, 134217728.0, 1073741824, 2, 2)
+    """
+    n, m = comm.devices, comm.message_bytes
+    g = min(link.per_node, n)
+    if comm.collective == SEND_RECV or g < 1 or g >= n:
+        return comm
+    k = n / g
+    hops = (-(-n // g)).bit_length() - 1  # ⌊log₂ k⌋ of the nodes it touches
+    inner = link.inner
+    reach = inner is not None and (inner.peer_access or inner.switch_reduction)
+    h = 0 if g == 1 else 1 if reach else g - 1
+    share = (n - 1) / n * m  # what a device sends in all (and D, but for an all-reduce)
+    if comm.collective == ALL_REDUCE:
+        sent, out, least, steps, local = 2 * share, 2 * (k - 1) / k * m / g, m, 2 * hops, 2 * h
+    elif comm.collective == ALL_TO_ALL:
+        sent, out, least, steps, local = share, (k - 1) / k * m, share, n - g, g - 1
+    else:  # reduce-scatter, all-gather
+        sent, out, least, steps, local = share, (k - 1) / k * m / g, share, hops, h
+    return Comm(comm.name, comm.collective, n, m, sent, steps, HIERARCHICAL, g, out, least, local)
+
+
 def algorithms(comm: Comm, link: Any) -> tuple[Comm, ...]:
     """The algorithms ``link``'s fabric allows for ``comm`` (the module's second table): NCCL's
     always; for an all-reduce, one-shot and two-shot where every device reaches every peer's
     memory over the link (``link.peer_access``), and NVLS where the switch reduces
-    (``link.switch_reduction``). A collective another algorithm already chose stays as it is."""
+    (``link.switch_reduction``). Across nodes (``link.per_node``), the hierarchical form alone
+    (:func:`across_nodes`: no algorithm sends less out of a node, nor in fewer hops). A
+    collective another algorithm already chose stays as it is."""
+    if getattr(link, "per_node", 0) and comm.algorithm in (RING, PAIRWISE) and comm.devices > 1:
+        return (across_nodes(comm, link),)
     if comm.collective != ALL_REDUCE or comm.algorithm != RING or comm.devices <= 1:
         return (comm,)
     m, n, name = comm.message_bytes, comm.devices, comm.name
@@ -276,9 +383,9 @@ def fastest(comm: Comm, link: Any) -> tuple[Comm, Any]:
     ('NVLS', 2387.03)
     """
     choices = algorithms(comm, link)
-    times = [c.time_s(link.bandwidth_bytes_per_s, link.latency_s, link.base_latency_s) for c in choices]
+    times = [c.time_on(link) for c in choices]
     if len(choices) == 1:
-        return comm, times[0]
+        return choices[0], times[0]
     if all(arrays.is_scalar(t) for t in times):
         best = min(range(len(times)), key=lambda i: times[i])  # ties: the earlier, NCCL's first
         return choices[best], times[best]

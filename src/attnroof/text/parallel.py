@@ -68,7 +68,7 @@ def comm_row(c: CommOp, step_time_s: float, runs: int = 1) -> list[str]:
     """A collective in the operator table's columns: bytes it sends, its time on the link, and
     its share of the step when the step runs it ``runs`` times as often (once per micro-batch)."""
     return [
-        f"{c.comm.name} [{c.comm.collective}, {c.comm.algorithm}, {c.comm.devices} dev, {c.link.kind}]",
+        f"{c.comm.name} [{c.comm.collective}, {c.comm.algorithm}, {c.comm.devices} dev, {_nodes(c)}{c.link.kind}]",
         f"×{c.count}" if c.count > 1 else "",
         "—",
         render.nbytes(float(c.comm.bytes_per_device)) + " sent",
@@ -77,6 +77,11 @@ def comm_row(c: CommOp, step_time_s: float, runs: int = 1) -> list[str]:
         "link",
         render.pct(runs * c.count * c.time_s / step_time_s),
     ]
+
+
+def _nodes(c: CommOp) -> str:
+    """The nodes in its label: "8 a node, " for a collective across nodes, else nothing."""
+    return f"{c.comm.per_node} a node, " if c.comm.per_node else ""
 
 
 def _totals(setting: Setting, s: Spread) -> dict[str, Any]:
