@@ -61,7 +61,7 @@ def grid(
     >>> from attnroof.model.config import builtin
     >>> g = grid(builtin("llama-3.1-8b"), "decode", [1, 64], [8192], Roof(989e12, 4.8e12))
     >>> g.tokens_per_s.round().tolist()      # batch 1: 1 / ((15.0 GB weights + 1.07 GB KV) / 4.8 TB/s)
-    [[298.0], [3639.0]]
+    [[298.0], [3637.0]]
     """
     import numpy as np
 
@@ -120,8 +120,8 @@ def grid_bytes(model: ModelConfig, phase: str, points: int, prec: Precision | No
     :data:`GRID_BYTES_PER_STAGE_POINT` for each stage of the model's layer table.
 
     >>> from attnroof.model.config import builtin
-    >>> grid_bytes(builtin("llama-3.1-8b"), "decode", 1_000_000)       # 14 stages: 400 + 14 × 40 B a point
-    960000000
+    >>> grid_bytes(builtin("llama-3.1-8b"), "decode", 1_000_000)       # 15 stages: 400 + 15 × 40 B a point
+    1000000000
     """
     stages = sum(len(op.cost.stages) for op in model_ops(model, phase, 1, 1, prec or Precision(), **options))
     return points * (GRID_BYTES_PER_POINT["json" if json else "text"] + GRID_BYTES_PER_STAGE_POINT * stages)

@@ -262,7 +262,7 @@ def analyse_train(
     >>> from attnroof.model.config import builtin
     >>> a = analyse_train(builtin("llama-3.1-8b"), 1, 8192, Roof(989e12, 3.35e12))
     >>> round(a.totals.time_s * 1e3), round(a.totals.mfu, 2)    # compute-bound: ~MFU of the GEMMs
-    (469, 0.91)
+    (472, 0.9)
     """
     p = prec or TrainPrecision()
     placed = tuple(
