@@ -123,12 +123,14 @@ def test_gpu_check_runs_the_whole_flow_on_the_cpu(tmp_path):
     assert "\nthe model holds: " in text and "bytes ncu/model" in text
     last = text.splitlines()[-1]
     assert "; every step ok; the model holds: " in last
-    # CPU timings may or may not hold; what was checked is said either way, and bytes were not
-    assert "bytes NOT checked (ncu skipped: no CUDA here (CUDA: not usable: " in last
+    # CPU timings may or may not hold (a CPU's caches can beat the copy ceiling it measured); the
+    # verdict says what was checked either way, and that bytes were not; the last line repeats it
+    # in full when it holds, and says NO, pointing at the summary, when it does not
+    verdict = next(ln for ln in text.splitlines() if ln.startswith("the model holds: "))
+    assert "bytes NOT checked (ncu skipped: no CUDA here (CUDA: not usable: " in verdict
     assert (
-        "; the model holds: YES on the roof and forecasts only; " in last
-        or "; the model holds: NO — " in last
-    )
+        "; the model holds: YES on the roof and forecasts only; " in last and "bytes NOT checked" in last
+    ) or ("; the model holds: NO" in last and verdict.startswith("the model holds: NO — "))
     names = _archived(out)
     for f in (
         "summary.txt",
