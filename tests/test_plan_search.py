@@ -205,8 +205,19 @@ def test_plan_expert_imbalance_refused_in_one_line():
 def test_an_error_is_the_one_a_single_process_meets():
     """A device without a scale-out link: many plans fail, each process meets its own first
     failure, and the search reports the one a single process meets first, whatever the split."""
-    argv = ("plan", "--model", "llama-3.1-8b", "--devices", "16", "--context", "4096", "--batch", "32",
-            "--device", "l40")  # fmt: skip (the L40's record has no scale-out figure: none was found)
+    argv = (
+        "plan",
+        "--model",
+        "llama-3.1-8b",
+        "--devices",
+        "16",
+        "--context",
+        "4096",
+        "--batch",
+        "32",
+        "--device",
+        "l40",
+    )  # fmt: skip (the L40's record has no scale-out figure: none was found)
     one, two = run_cli(*argv, env={"ATTNROOF_WORKERS": "1"}), run_cli(*argv, env={"ATTNROOF_WORKERS": "2"})
     assert one.returncode == two.returncode == 2 and one.stderr == two.stderr
     assert "--dp 16" in one.stderr and len(one.stderr.strip().splitlines()) == 1
