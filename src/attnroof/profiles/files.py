@@ -5,6 +5,7 @@ arrives without its origin."""
 
 from __future__ import annotations
 
+import functools
 import tomllib
 from collections.abc import Mapping
 from dataclasses import replace
@@ -217,8 +218,8 @@ def read(path: str | Path) -> Profile:
     return parse(text, str(p))
 
 
-def shipped() -> list[Profile]:
-    """The profiles shipped in the package, in file order."""
+@functools.cache
+def _shipped() -> tuple[Profile, ...]:
     files = sorted(
         (
             f
@@ -227,7 +228,12 @@ def shipped() -> list[Profile]:
         ),
         key=lambda f: f.name,
     )
-    return [parse(f.read_text(encoding="utf-8"), f"profiles/data/{f.name}") for f in files]
+    return tuple(parse(f.read_text(encoding="utf-8"), f"profiles/data/{f.name}") for f in files)
+
+
+def shipped() -> list[Profile]:
+    """The profiles shipped in the package, in file order (read once a process)."""
+    return list(_shipped())
 
 
 def choose(device: str, vendor: str, dt: str, profiles: list[Profile] | None = None) -> Profile | None:

@@ -89,6 +89,14 @@ def log_interp(table: Mapping[int, float], x: Num) -> Num:
     keys = sorted(table)
     if len(keys) == 1:
         return table[keys[0]]
+    if arrays.is_scalar(x):  # plain arithmetic: a command of one shape never pays numpy's import
+        x = min(max(x, keys[0]), keys[-1])
+        hi = next(k for k in keys if k >= x)
+        lo = max((k for k in keys if k <= x), default=hi)
+        if hi == lo:
+            return table[hi]
+        w = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
     import numpy as np
 
     lx = np.log(np.clip(np.asarray(x, dtype="float64"), keys[0], keys[-1]))
