@@ -225,3 +225,15 @@ def gemm_forecast(args: Any, dev: Any, dt: Any, roof: Roof, cost: Any, bound_s: 
         on.profile,
         {"": (float(cost_time(on, cost, [kernel] * len(cost.stages))), bound_s)},
     )
+
+
+def missing_line(args: argparse.Namespace, dev: Device) -> str:
+    """``\n\nno forecast: ...`` where no shipped profile covers a real device (a TPU, Gaudi,
+    Trainium) and none was asked for; nothing otherwise (``--profile none`` asked for the bound
+    alone, and device R is the specification's hypothetical part)."""
+    if getattr(args, "profile", None) is not None or dev.kind == "reference" or not dev.vendor:
+        return ""
+    return (
+        f"\n\nno forecast: no efficiency profile covers {dev.name} ({dev.vendor} has no family in"
+        " src/attnroof/profiles/data); the bound alone, or --profile FILE for one of your own"
+    )

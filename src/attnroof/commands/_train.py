@@ -237,7 +237,10 @@ def run_train(
         return 0
     from attnroof.text.training import train_text
 
-    print(train_text(train_header(model, args, dev, roof, dt, wdt), a))
+    print(
+        train_text(train_header(model, args, dev, roof, dt, wdt), a)
+        + ("" if f else _forecast.missing_line(args, dev))
+    )
     if f is not None:
         from attnroof.text.forecast import forecast_line
 

@@ -195,7 +195,7 @@ def _compare(args: argparse.Namespace, kind: str, title: str, **extra: Any) -> i
             from attnroof.text.training import recompute_note
 
             text += "\n\n" + recompute_note(cmp)
-        print(text)
+        print(text + ("" if ahead is not None else _forecast.missing_line(args, dev)))
         if ahead is not None:
             print("\n" + ahead.text())
         if fc is not None:
@@ -335,7 +335,7 @@ def _linear_run(args: argparse.Namespace) -> int:
         from attnroof.text.training import linear_pass_text
 
         text = linear_pass_text(args.pass_, text, cost, roof)
-    print(text)
+    print(text + ("" if ahead is not None else _forecast.missing_line(args, dev)))
     if ahead is not None:
         print("\n" + ahead.text())
     if fc is not None:

@@ -280,7 +280,7 @@ def _single(job: _Job) -> int:
         return 0
     from attnroof.text.model import step_text
 
-    print(step_text(job.setting, a))
+    print(step_text(job.setting, a) + ("" if f is not None else _forecast.missing_line(job.args, job.device)))
     if f is not None:
         from attnroof.text.forecast import forecast_line
 
