@@ -47,9 +47,8 @@ from attnroof.model.config import builtin
 from attnroof.model.parallel import Plan, group_link
 from attnroof.model.train_spread import step_totals, train_spread
 from attnroof.model.training_memory import TrainPrecision
-from attnroof.ops import backward as bwd
 from attnroof.ops import collectives as coll
-from attnroof.ops import elementwise as ew
+from attnroof.profiles.measured import ELEMENTWISE, ELEMENTWISE_BACKWARD
 from attnroof.roofline import Roof, place
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "public"
@@ -176,22 +175,8 @@ def _item(r: dict[str, Any]) -> int:
     return {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}[r["dtype"]]
 
 
-FORWARD = {
-    "rmsnorm": lambda n, h, it: ew.norm(n, h, itemsize=it),
-    "layernorm": lambda n, h, it: ew.norm(n, h, itemsize=it, kind="layer"),
-    "add_rmsnorm": lambda n, h, it: ew.add_norm(n, h, itemsize=it),
-    "silu_mul": lambda n, w, it: ew.activation(n, w, gated=True, itemsize=it),
-    "relu_squared": lambda n, h, it: ew.copy(n * h, read_itemsize=it),  # its bytes; its FLOPs not counted
-    "copy": lambda n, h, it: ew.copy(n * h, read_itemsize=it),
-    "scale": lambda n, h, it: ew.copy(n * h, read_itemsize=it),  # b = s·c: a copy's bytes, a FLOP not counted
-    "add": lambda n, h, it: ew.add(n, h, itemsize=it),
-    "triad": lambda n, h, it: ew.add(n, h, itemsize=it),  # a = b + s·c: an add's bytes, one FLOP not counted
-}
-BACKWARD = {
-    "rmsnorm": lambda n, h, it: bwd.norm_backward(n, h, itemsize=it),
-    "layernorm": lambda n, h, it: bwd.norm_backward(n, h, itemsize=it, kind="layer"),
-    "silu_mul": lambda n, w, it: bwd.activation_backward(n, w, gated=True, itemsize=it),
-}
+FORWARD, BACKWARD = ELEMENTWISE, ELEMENTWISE_BACKWARD
+"""The formulas of each measured op, in attnroof.profiles.measured: the profiles' fit reads the same."""
 PASSES = {"fwd": (FORWARD,), "bwd": (BACKWARD,), "fwd+bwd": (FORWARD, BACKWARD)}
 
 

@@ -106,8 +106,24 @@ def parse(text: str, origin: str) -> Profile:
     """A profile from its TOML text; :class:`InputError` naming the file and field otherwise."""
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, ValueError) as e:  # ValueError: an integer of 4,300 digits or more
         raise _bad(origin, f"not TOML ({e})") from None
+    known = {
+        *_SECTIONS,
+        "sources",
+        "devices",
+        "host",
+        "step",
+        "error",
+        "name",
+        "dtype",
+        "vendor",
+        "nearest",
+        "vendor_default",
+    }
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise _bad(f"{origin}: {unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
     raw_sources = doc.get("sources", {})
     if not isinstance(raw_sources, dict):
         raise _bad(origin, "[sources] must be a table of sources")
