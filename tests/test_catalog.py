@@ -15,6 +15,7 @@ from attnroof.devices import (
     ENV_VAR,
     builtin_devices,
     catalog,
+    device_from_record,
     get_device,
     load_device_file,
     parse_devices,
@@ -568,3 +569,18 @@ def test_a_parsed_catalog_that_does_not_hold_up_is_not_used(tmp_path, monkeypatc
     monkeypatch.setattr(devices, "CATALOG_CACHE", path)
     assert devices._parsed_catalog(text) is not None  # it passes the CRC check
     assert builtin_devices() == devices.parse_devices(text, "catalog.toml")
+
+
+def test_a_measured_record_keeps_a_slow_rate_that_a_typed_one_may_not_have():
+    """A loaded CPU's fp16 matmul measured at 4e8 FLOP/s is a true figure of a ``kind =
+    "measured"`` record (attnroof typed no unit); the same 4e8 in a typed record is a unit slip.
+    Below 1e6 — a 256³ matmul (3.4e7 FLOPs) taking 34 s — a measured one is refused too."""
+    record = {"name": "measured cpu", "kind": "measured", "peak_flops_per_s": {"fp16": 4e8, "fp32": 3e10},
+              "bandwidth_bytes_per_s": 8e9}  # fmt: skip
+    assert device_from_record(record).peak_flops_per_s["fp16"] == 4e8
+    with pytest.raises(
+        DeviceFileError, match=r"peak_flops_per_s.fp16 = 400000000.0 FLOP/s is implausibly small"
+    ):
+        device_from_record({**record, "kind": "gpu"})
+    with pytest.raises(DeviceFileError, match="implausibly small"):
+        device_from_record({**record, "peak_flops_per_s": {"fp16": 9e5}})

@@ -28,7 +28,7 @@ from attnroof.devices.checks import (
     MAX_PLAUSIBLE_BANDWIDTH,
     MAX_PLAUSIBLE_CAPACITY,
     MAX_PLAUSIBLE_FLOPS,
-    MIN_PLAUSIBLE_RATE,
+    MIN_MEASURED_RATE,
 )
 from attnroof.dtypes import DTYPES
 from attnroof.errors import InputError
@@ -272,10 +272,10 @@ SKIPPED = {
 }
 ROOFS = {
     "peak_flops_per_s": Field(
-        number(MIN_PLAUSIBLE_RATE, MAX_PLAUSIBLE_FLOPS), "the measured matmul peak, FLOP/s"
+        number(MIN_MEASURED_RATE, MAX_PLAUSIBLE_FLOPS), "the measured matmul peak, FLOP/s"
     ),
     "bandwidth_bytes_per_s": Field(
-        number(MIN_PLAUSIBLE_RATE, MAX_PLAUSIBLE_BANDWIDTH), "the measured copy bandwidth, bytes/s"
+        number(MIN_MEASURED_RATE, MAX_PLAUSIBLE_BANDWIDTH), "the measured copy bandwidth, bytes/s"
     ),
     "sms": Field(or_null(integer(1, MAX_SMS)), "the device's streaming multiprocessors"),
     "l2_bytes": Field(

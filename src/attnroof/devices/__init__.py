@@ -41,8 +41,9 @@ from attnroof.devices.checks import (
     MAX_PLAUSIBLE_CAPACITY,
     MAX_PLAUSIBLE_FLOPS,
     MAX_PLAUSIBLE_POWER,
+    MIN_MEASURED_RATE,
     MIN_PLAUSIBLE_CAPACITY,  # noqa: F401 (re-exported: the measure and plot extras check figures too)
-    MIN_PLAUSIBLE_RATE,  # noqa: F401
+    MIN_PLAUSIBLE_RATE,
     check_cache_bandwidth,
     check_capacity,
     check_onchip,
@@ -233,6 +234,7 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
     if not isinstance(peaks_raw, Mapping) or not peaks_raw:
         raise DeviceFileError(f"{at}'peak_flops_per_s' must be a table of dtype = FLOP/s")
     peaks: dict[str, float] = {}
+    floor = MIN_MEASURED_RATE if record.get("kind") == "measured" else MIN_PLAUSIBLE_RATE
     for key, value in peaks_raw.items():
         try:
             dt_name = dtype(key).name  # aliases (bfloat16, float16) are accepted, stored by name
@@ -242,9 +244,11 @@ def device_from_record(record: Mapping[str, Any], origin: str = "") -> Device:
             ) from None
         if dt_name in peaks:
             raise DeviceFileError(f"{at}peak_flops_per_s.{key}: {dt_name} is given twice")
-        _wrap(at, check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12")
+        _wrap(at, check_rate, f"peak_flops_per_s.{key}", value, "FLOP/s", "989e12", floor)
         peaks[dt_name] = float(value)
-    _wrap(at, check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12")
+    _wrap(
+        at, check_rate, "bandwidth_bytes_per_s", record["bandwidth_bytes_per_s"], "bytes/s", "3.35e12", floor
+    )
     links = links_from_record(record, at)
     if "capacity_bytes" in record:
         _wrap(at, check_capacity, "capacity_bytes", record["capacity_bytes"])

@@ -10,7 +10,12 @@ from typing import Any
 from attnroof.errors import DeviceFileError
 
 MIN_PLAUSIBLE_RATE = 1e9
-"""Below 1e9 FLOP/s or bytes/s a figure was almost surely typed in TFLOP/s, TB/s or GB/s."""
+"""Below 1e9 FLOP/s or bytes/s a typed figure was almost surely typed in TFLOP/s, TB/s or GB/s."""
+MIN_MEASURED_RATE = 1e6
+"""The floor of a rate attnroof measured itself (a ``kind = "measured"`` record): no unit was typed,
+and one core of a loaded CPU runs a bf16 or fp16 matmul it has no half-precision path for at well
+under 1e9 FLOP/s — a true figure, kept. Below 1e6 (a 256³ matmul taking over 30 s) it is not a
+working kernel."""
 MIN_PLAUSIBLE_CAPACITY = 1e6
 """Below 1 MB of device memory the figure was almost surely typed in GB."""
 MAX_PLAUSIBLE_FLOPS = 1e20
@@ -58,12 +63,13 @@ def _check_figure(what: str, value: Any, unit: str) -> None:
         raise DeviceFileError(f"{what} = {_show(value)} must be a positive, finite number ({unit})")
 
 
-def check_rate(what: str, value: Any, unit: str, example: str) -> None:
+def check_rate(what: str, value: Any, unit: str, example: str, floor: float = MIN_PLAUSIBLE_RATE) -> None:
     """:class:`DeviceFileError` unless ``value`` is a plausible rate of one device in ``unit``
-    (FLOP/s or bytes/s): between :data:`MIN_PLAUSIBLE_RATE` and :data:`MAX_PLAUSIBLE_FLOPS` or
-    :data:`MAX_PLAUSIBLE_BANDWIDTH`. The error names ``what`` (a field or a flag) and the value."""
+    (FLOP/s or bytes/s): between ``floor`` (:data:`MIN_PLAUSIBLE_RATE` for a typed figure) and
+    :data:`MAX_PLAUSIBLE_FLOPS` or :data:`MAX_PLAUSIBLE_BANDWIDTH`. The error names ``what`` (a
+    field or a flag) and the value."""
     _check_figure(what, value, unit)
-    if value < MIN_PLAUSIBLE_RATE:
+    if value < floor:
         raise DeviceFileError(
             f"{what} = {value!r} {unit} is implausibly small: figures are in {unit}, "
             f"not T{unit} or G{unit} (write e.g. {example})"

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from attnroof import outfile
-from attnroof.devices import MIN_PLAUSIBLE_RATE, Device, device_from_record
+from attnroof.devices import MIN_MEASURED_RATE, Device, device_from_record
 from attnroof.errors import InputError
 from attnroof.measure.env import TorchDevice
 from attnroof.measure.records import CEILING, OK, SKIP, new_record, place_record, set_time
@@ -266,7 +266,7 @@ def device_record(
     peaks = {
         dt: r["achieved_flops_per_s"]
         for (impl, dt), r in top.items()
-        if impl == MATMUL and r["achieved_flops_per_s"] >= MIN_PLAUSIBLE_RATE
+        if impl == MATMUL and r["achieved_flops_per_s"] >= MIN_MEASURED_RATE
     }
     if not peaks:
         raise InputError("no matmul ceiling was measured")
