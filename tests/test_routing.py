@@ -23,6 +23,7 @@ from attnroof.model.parallel import Plan
 from attnroof.model.spread import spread
 from attnroof.ops.routing import FEWEST, UNIFORM, Routing, parse_routing, trace_counts, zipf_inclusion
 from attnroof.roofline import Roof
+from attnroof.units import duration
 from conftest import run_cli
 
 MIXTRAL = ["model", "--model", "mixtral-8x7b", "--context", "4096", "--batch", "16", "--device", "h200"]
@@ -156,12 +157,19 @@ def test_the_step_under_each_routing_and_the_bound_under_any(tmp_path):
         times[form] = doc["totals"]["time_s"]
         floor = doc["totals"]["any_routing_time_s"]
         assert floor == pytest.approx(times.get("fewest", floor))
+        assert doc["totals"]["bound_s"] == pytest.approx(min(floor, times[form]))  # the forecast's "bound ≥"
+        if "forecast" in doc:
+            assert doc["forecast"]["bound_time_s"] == doc["totals"]["bound_s"]
     assert list(times.values()) == sorted(times.values())
     doc = run_cli(*MIXTRAL, "--routing", f"trace:{trace}", "--json").json()
     assert doc["routing_trace"]["busiest_expert"] == 0
     assert doc["routing_trace"]["busiest_expert_over_mean"] == pytest.approx(40 / 16)
     text = run_cli(*MIXTRAL).stdout
-    assert "note: any routing: with the fewest experts a batch can touch (2 of 8 a layer" in text
+    at_uniform = run_cli(*MIXTRAL, "--json").json()["totals"]
+    assert f"time ≥ {duration(at_uniform['time_s'])} (uniform routing)" in text  # the table's sum
+    line = f"bound whatever the routing: step ≥ {duration(at_uniform['any_routing_time_s'])}"
+    assert line in text and "the fewest experts a batch can touch, 2 of 8 a layer" in text
+    assert text.rstrip().endswith(f"bound ≥ {duration(at_uniform['bound_s'])}")  # the forecast line's
     assert "any_routing_time_s" not in run_cli(*MIXTRAL[:2], "llama-3.1-8b", *MIXTRAL[3:], "--json").stdout
 
 

@@ -271,7 +271,7 @@ def _single(job: _Job) -> int:
                 o["forecast_time_s"] = fo.time_s
             totals |= _forecast.step_totals_json(f.totals, batch, job.args.phase)
             extra["forecast"] = _forecast.forecast_json(
-                job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s
+                job.forecast_roof.profile, "step", f.totals.time_s, a.totals.bound_s
             )
         emit_json(
             {**job.json_head(), "batch": batch, "ops": ops, "totals": totals, "memory": mem, "notes": a.notes}
@@ -285,7 +285,7 @@ def _single(job: _Job) -> int:
         from attnroof.text.forecast import forecast_line
 
         print(
-            "\n" + forecast_line(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.time_s, "step")
+            "\n" + forecast_line(job.forecast_roof.profile, "step", f.totals.time_s, a.totals.bound_s, "step")
         )
     if pred is not None:
         print("\n" + _calibration.step_text(pred, a.totals.time_s, batch, job.args.phase == "decode"))

@@ -28,7 +28,6 @@ from attnroof.ops.experts import FEWEST, UNIFORM, Routing, as_routing
 from attnroof.ops.latent import ABSORBED
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
 from attnroof.roofline import COMPUTE, MEMORY, Roof, place
-from attnroof.units import duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +130,13 @@ class Totals:
     def limiter(self) -> str:
         return MEMORY if self.memory_bound_share >= 0.5 else COMPUTE
 
+    @property
+    def bound_s(self) -> float:
+        """The step's bound whatever the router does: the fewest experts' step for a mixture of
+        experts (its operators' rows are at the routing asked for, which a router may beat), the
+        step itself for a dense model."""
+        return self.time_s if self.any_routing_time_s is None else min(self.time_s, self.any_routing_time_s)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "flops": self.flops,
@@ -143,6 +149,7 @@ class Totals:
             "memory_bound_share": self.memory_bound_share,
             "limiter": self.limiter,
             "resident_bytes": self.resident_bytes,
+            "bound_s": self.bound_s,
             **({} if self.any_routing_time_s is None else {"any_routing_time_s": self.any_routing_time_s}),
         }
 
@@ -159,6 +166,8 @@ class ModelAnalysis:
     totals: Totals
     memory: Memory
     notes: tuple[str, ...] = field(default=())
+    routing: Routing | str = UNIFORM
+    """The routing the operators' rows are at (a mixture of experts'; ``totals.bound_s`` is over any)."""
 
     def op(self, name: str) -> OpResult:
         return next(o for o in self.ops if o.name == name)
@@ -216,18 +225,4 @@ def analyse(
     )
     mem = memory(model, phase, batch, context, p, capacity_bytes, fused=fused, routing=routing)
     notes = step_notes(model, phase, batch, context, p, routing=routing, latent_form=latent_form)
-    if floor is not None and floor < time:
-        notes += (any_routing_note(model, floor, time, routing),)
-    return ModelAnalysis(model, phase, batch, context, fused, roof, results, totals, mem, notes)
-
-
-def any_routing_note(model: ModelConfig, floor: float, time: float, routing: Routing | str) -> str:
-    """The step at the fewest experts beside the step at ``routing``: how far a router that
-    concentrates its tokens could take it below the figures shown."""
-    ex = model.experts
-    assert ex is not None
-    return (
-        f"any routing: with the fewest experts a batch can touch ({ex.top_k} of {ex.experts} a layer, every token "
-        f"to the same ones) the step is ≥ {duration(floor)}, {floor / time:.2f}× the {duration(time)} above at "
-        f"{as_routing(routing).words}"
-    )
+    return ModelAnalysis(model, phase, batch, context, fused, roof, results, totals, mem, notes, routing)

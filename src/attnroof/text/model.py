@@ -17,6 +17,7 @@ from attnroof.model.layers import active_params, params
 from attnroof.model.memory import MODEL, Memory, largest_context
 from attnroof.model.notes import past_positions_warning
 from attnroof.operators import operator
+from attnroof.ops.experts import as_routing
 from attnroof.roofline import Roof
 from attnroof.text import render
 from attnroof.text.render import table
@@ -148,18 +149,36 @@ def step_text(s: Setting, a: ModelAnalysis) -> str:
     tokens = t.tokens_per_s
     rate = f"≤ {render.num(tokens)} tokens/s" if tokens is not None else f"time to first token ≥ {_rate(t)}"
     cached = f" ({render.nbytes(t.resident_bytes)} in cache)" if a.roof.levels == 2 else ""
+    any_routing = any_routing_line(a.model, t, a.batch)
+    at = f" ({as_routing(a.routing).words})" if any_routing else ""
     out = [
         *header(s, a.batch),
         "",
         table(headers, rows, align),
         "",
-        f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}{cached}, time ≥ {duration(t.time_s)}; {rate}",
+        f"step: {render.flops(t.flops)}, {render.nbytes(t.bytes)}{cached}, time ≥ {duration(t.time_s)}{at}; {rate}",
+        *([any_routing] if any_routing else []),
         f"memory-bound {render.pct(t.memory_bound_share)} of the time; "
         f"attention takes {render.pct(t.attention_share)} of the time",
         memory_line(a.memory, s.device.name),
         *(f"note: {n}" for n in a.notes),
     ]
     return "\n".join(out)
+
+
+def any_routing_line(model: ModelConfig, totals: Totals, batch: int) -> str | None:
+    """The bound whatever the router does, for a mixture of experts whose fewest experts' step is
+    below the step at the routing asked for (the table's): the time, and for decode the tokens/s,
+    at the fewest experts a batch can touch. None for a dense model or when the two are equal."""
+    ex, floor = model.experts, totals.any_routing_time_s
+    if ex is None or floor is None or floor >= totals.time_s:
+        return None
+    rate = f", ≤ {render.num(batch / floor)} tokens/s" if totals.tokens_per_s is not None else ""
+    return (
+        f"bound whatever the routing: step ≥ {duration(floor)}{rate}, {floor / totals.time_s:.2f}× the step "
+        f"above: the fewest experts a batch can touch, {ex.top_k} of {ex.experts} a layer "
+        "(every token to the same ones)"
+    )
 
 
 def _rate(t: Totals) -> str:
