@@ -38,8 +38,51 @@ def test_the_catalog_figures_the_bound_reads():
     assert 7.219e12 / get_device("v100").cache_bandwidth_bytes_per_s == pytest.approx(2.3, abs=0.005)
     # the specification's device R has none: its roof is the single-level one, every number as it was
     assert Roof.of(get_device("R"), "bf16").levels == 1
-    # a size without a bandwidth (B200's 126 MB L2) keeps the single-level bound
-    assert get_device("b200").onchip_bytes == 126e6 and Roof.of(get_device("b200"), "bf16").levels == 1
+    # a size without a bandwidth (GB200's 126 MB L2: no SM count or clock sourced) keeps the single level
+    assert get_device("gb200").onchip_bytes == 126e6 and Roof.of(get_device("gb200"), "bf16").levels == 1
+
+
+SM_PORT_BYTES_PER_CLOCK = 2 * 128
+"""An SM's L1/shared memory moves at most 128 bytes a clock (32 banks × 32 bits, CUDA Programming
+Guide; '128 bytes/clock per SM', GA102 whitepaper), and a byte to or from L2 passes it; reads and
+writes counted apart."""
+
+
+@pytest.mark.parametrize(
+    ("name", "sms", "mhz"),
+    [("RTX 5090", 170, 2407), ("RTX 4090", 128, 2535), ("L40S", 142, 2520), ("L40", 142, 2490), ("L4", 58, 2040),
+     ("RTX 6000 Ada", 142, 2535), ("A40", 84, 1740), ("RTX A6000", 84, 1800), ("T4", 40, 1590), ("B200", 148, 1965)],
+)  # fmt: skip
+def test_a_gpu_without_a_published_l2_bandwidth_takes_its_sms_ports(name, sms, mhz):
+    """No vendor publishes these L2 bandwidths: the catalog's is what the SMs could move, 256 bytes
+    a clock × SMs × the highest clock (the RTX 5090: 256 · 170 · 2.407 GHz = 104.75 TB/s)."""
+    assert get_device(name).cache_bandwidth_bytes_per_s == pytest.approx(
+        SM_PORT_BYTES_PER_CLOCK * sms * mhz * 1e6
+    )
+
+
+def test_the_sm_port_figure_is_above_every_published_one():
+    """The rule is an upper one where a figure is published: A100 256 · 108 · 1.41 GHz = 39.0 TB/s
+    against Table 3's 7.219; H100 256 · 132 · 1.98 GHz = 66.9 TB/s against FlashAttention-3's 12;
+    V100 256 · 80 · 1.53 GHz = 31.3 against 3.133."""
+    for name, sms, mhz in (("a100", 108, 1410), ("h100", 132, 1980), ("v100", 80, 1530)):
+        assert SM_PORT_BYTES_PER_CLOCK * sms * mhz * 1e6 > get_device(name).cache_bandwidth_bytes_per_s
+
+
+def test_rtx_5090_warm_rmsnorm_of_4096_by_4096():
+    """TileGym's warm fp16 rmsnorm of 4096 tokens × 4096 reads and writes 2 · 4096 · 4096 · 2 B =
+    64 MiB at an effective 5.019 TB/s: 13.4 µs. The single-level bound, 67.1 MB / 1.792 TB/s =
+    37.4 µs, is beaten 2.8×; the 64 MiB fit the 96 MiB L2, so the two-level bound charges them at
+    104.75 TB/s: ≥ 0.64 µs, which holds."""
+    from attnroof.ops.elementwise import norm
+
+    roof = Roof.of(get_device("rtx 5090"), "fp16")
+    c = norm(4096, 4096, itemsize=2)
+    measured = 2 * 4096 * 4096 * 2 / 5.019e12
+    assert round(measured * 1e6, 1) == 13.4
+    assert place(c, roof.single_level()).time_s > 2.7 * measured
+    two = place(c, roof)
+    assert two.resident_bytes == c.bytes and two.time_s <= measured
 
 
 def test_h100_residual_add_of_llama2_7b_at_880_tokens():
@@ -191,3 +234,16 @@ def test_a_device_file_gives_a_cache_checked_like_the_other_figures(tmp_path):
         "linear", "-n", "8", "-k", "64", "-m", "64", "--device", "h100", "--bandwidth", "20T", "--json"
     )
     assert json.loads(out.stdout)["memory_levels"] == 1
+
+
+def test_a40_phi2_activation_at_128_tokens():
+    """phi-2's GELU over 128 tokens of its 10,240-wide MLP reads and writes 2 · 128 · 10240 · 2 B =
+    5.24 MB: single-level 5.24 MB / 696 GB/s = 7.53 µs, against 4 µs measured (issue 33). The 5.24
+    MB fit the A40's 6 MiB L2 (6,291,456 B), charged at 256 · 84 · 1.74 GHz = 37.4 TB/s: 0.14 µs."""
+    from attnroof.ops.elementwise import activation
+
+    roof = Roof.of(get_device("a40"), "bf16")
+    c = activation(128, 10240, gated=False)
+    assert c.bytes == 5_242_880 < 6_291_456
+    assert round(place(c, roof.single_level()).time_s * 1e6, 2) == 7.53
+    assert place(c, roof).time_s == pytest.approx(5_242_880 / 37.41696e12) and place(c, roof).time_s <= 4e-6

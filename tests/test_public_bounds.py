@@ -57,10 +57,7 @@ KINDS = ("collective", "elementwise", "norm", "activation", "launch", "train_ste
 SLACK = 1e-9
 """Relative: a bound equal to the measurement (a rounded source figure) still holds."""
 
-NEEDS = {
-    "l2": "needs rule l2 on the RTX 5090: its rows are warm, but the catalog has no sourced L2 "
-    "bandwidth for it (a device without one keeps the single-level bound)",
-}
+NEEDS: dict[str, str] = {}
 """The rules not in this tree whose rows fail today, with why."""
 
 

@@ -60,7 +60,7 @@ def cache_fig(dev: Device) -> str:
     bandwidth (a size alone leaves the bound single-level).
 
     >>> from attnroof.devices import get_device
-    >>> cache_fig(get_device("h100")), cache_fig(get_device("b200"))
+    >>> cache_fig(get_device("h100")), cache_fig(get_device("gb200"))
     ('50 @ 12', '—')
     """
     if dev.onchip_bytes is None or dev.cache_bandwidth_bytes_per_s is None:
