@@ -276,8 +276,11 @@ def training_words(row: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[lis
     if schedule and schedule.startswith("interleaved") and virtual:
         words += ["--schedule", "interleaved", "--virtual-stages", str(virtual)]
     elif pp > 1:
+        words.append(UNSTATED_SCHEDULE)
         assumed.append(
-            f"schedule {schedule or 'not stated'}, chunks per device not stated: attnroof's default 1f1b"
+            f"schedule {schedule or 'not stated'}, chunks per device not stated: the schedule attnroof "
+            "knows whose bound is least (1f1b, zb-h1, interleaved at each chunk count that splits the "
+            "layers), the bound over what the row may have run"
         )
     if plan.get("sequence_parallel"):
         words.append("--sp")
@@ -319,10 +322,43 @@ def measured_step(row: dict[str, Any], cfg: dict[str, Any], batch: int) -> tuple
     raise RowFailed("no measured step time, tokens/s or TFLOP/s per GPU")
 
 
+UNSTATED_SCHEDULE = "<schedule>"
+"""Where a row's words hold this, its pipeline schedule is not stated: :func:`least_schedule` tries each."""
+SCHEDULES = (["--schedule", "1f1b"], ["--schedule", "zb-h1"])
+MAX_VIRTUAL_STAGES = 16
+
+
+def least_schedule(words: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``words`` run with each pipeline schedule attnroof has (1F1B, ZB-H1, interleaved at every
+    chunk count up to :data:`MAX_VIRTUAL_STAGES` that splits the layers): the words and the JSON of
+    the one whose bound is least. A row that does not say which schedule it ran is bounded by every
+    schedule it may have run; the forecast is that plan's."""
+    if UNSTATED_SCHEDULE not in words:
+        return words, attnroof_json(words)
+    i = words.index(UNSTATED_SCHEDULE)
+    tries = [
+        *SCHEDULES,
+        *(
+            ["--schedule", "interleaved", "--virtual-stages", str(v)]
+            for v in range(2, MAX_VIRTUAL_STAGES + 1)
+        ),
+    ]
+    runs = []
+    for schedule in tries:
+        w = [*words[:i], *schedule, *words[i + 1 :]]
+        try:
+            runs.append((attnroof_json(w)["totals"]["time_s"], w))
+        except RowFailed:  # a chunk count that does not split the layers
+            continue
+    if not runs:
+        raise RowFailed("no pipeline schedule attnroof has runs this plan")
+    best = min(runs, key=lambda r: r[0])[1]
+    return best, attnroof_json(best)
+
+
 def training_result(row: dict[str, Any], rows: list[dict[str, Any]], profile: list[str]) -> Result:
     words, assumed = training_words(row, rows)
-    words += profile
-    out = attnroof_json(words)
+    words, out = least_schedule(words + profile)
     totals, cfg = out["totals"], out["config"]
     batch = out["batch"]
     step, how = measured_step(row, cfg, batch)
