@@ -330,7 +330,7 @@ CASES: list[Case] = [
             '"catalog_device": "H200 SXM", "dtype": "bf16", "roofs": {"peak_flops_per_s": 1e-300, '
             '"bandwidth_bytes_per_s": 4.8e12}, "fits": []}]}'
         },
-        error=("cal.json", "calibrations[0].roofs.peak_flops_per_s = 1e-300", "from 1e+09"),
+        error=("cal.json", "calibrations[0].roofs.peak_flops_per_s = 1e-300", "from 1e+06"),
     ),
     # ------------------------------------------------------------ a config's quant_method
     Case(

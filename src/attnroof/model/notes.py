@@ -6,6 +6,7 @@ window keeps, how small an uncounted term is), so it can be checked.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from attnroof.model.layers import DECODE, Precision, layer_table
 from attnroof.model.spec import ModelConfig
@@ -13,7 +14,7 @@ from attnroof.model.weights import weights_by_format
 from attnroof.ops.attention import causal_band, causal_half
 from attnroof.ops.experts import Routing, as_routing, touched_experts
 from attnroof.ops.softmax import SOFTMAX_FLOPS_PER_ELEMENT
-from attnroof.units import si
+from attnroof.units import duration, si
 
 SOFTCAP_FLOPS_PER_SCORE = 3
 """cap·tanh(score/cap): a divide, a tanh and a multiply per score (tanh counted as one)."""
@@ -182,3 +183,18 @@ def cache_note(model: ModelConfig, context: int, kv_itemsize: float) -> str:
             parts.append(f"{i.name} {i.count} layers × {each:.0f} B (state)")
             total += i.count * each
     return f"cache per sequence at {context} tokens: {' + '.join(parts)} = {total:.0f} B"
+
+
+def any_routing_line(model: ModelConfig, totals: Any, batch: int) -> str | None:
+    """The bound whatever the router does, for a mixture of experts whose fewest experts' step is
+    below the step at the routing asked for (the table's): the time, and for decode the tokens/s,
+    at the fewest experts a batch can touch. None for a dense model or when the two are equal."""
+    ex, floor = model.experts, totals.any_routing_time_s
+    if ex is None or floor is None or floor >= totals.time_s:
+        return None
+    rate = f", ≤ {batch / floor:,.0f} tokens/s" if totals.tokens_per_s is not None else ""
+    return (
+        f"bound whatever the routing: step ≥ {duration(floor)}{rate}, {floor / totals.time_s:.2f}× the step "
+        f"above: the fewest experts a batch can touch, {ex.top_k} of {ex.experts} a layer "
+        "(every token to the same ones)"
+    )

@@ -305,6 +305,7 @@ class Spread:
             "bytes": nbytes,
             "intensity": flops / nbytes,
             "time_s": time,
+            "bound_s": time,  # at the routing given: a plan's experts are not searched over routings
             "estimate_time_s": estimate,
             "tokens_per_s": self.batch / time if decode else None,
             "estimate_tokens_per_s": self.batch / estimate if decode else None,

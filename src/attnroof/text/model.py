@@ -15,7 +15,7 @@ from attnroof.model.batching import GemmCrossover
 from attnroof.model.config import ModelConfig
 from attnroof.model.layers import active_params, params
 from attnroof.model.memory import MODEL, Memory, largest_context
-from attnroof.model.notes import past_positions_warning
+from attnroof.model.notes import any_routing_line, past_positions_warning
 from attnroof.operators import operator
 from attnroof.ops.experts import as_routing
 from attnroof.roofline import Roof
@@ -164,21 +164,6 @@ def step_text(s: Setting, a: ModelAnalysis) -> str:
         *(f"note: {n}" for n in a.notes),
     ]
     return "\n".join(out)
-
-
-def any_routing_line(model: ModelConfig, totals: Totals, batch: int) -> str | None:
-    """The bound whatever the router does, for a mixture of experts whose fewest experts' step is
-    below the step at the routing asked for (the table's): the time, and for decode the tokens/s,
-    at the fewest experts a batch can touch. None for a dense model or when the two are equal."""
-    ex, floor = model.experts, totals.any_routing_time_s
-    if ex is None or floor is None or floor >= totals.time_s:
-        return None
-    rate = f", ≤ {render.num(batch / floor)} tokens/s" if totals.tokens_per_s is not None else ""
-    return (
-        f"bound whatever the routing: step ≥ {duration(floor)}{rate}, {floor / totals.time_s:.2f}× the step "
-        f"above: the fewest experts a batch can touch, {ex.top_k} of {ex.experts} a layer "
-        "(every token to the same ones)"
-    )
 
 
 def _rate(t: Totals) -> str:
