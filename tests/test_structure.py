@@ -236,6 +236,7 @@ PACKAGE_RANKS = [
     {"beyond"},  # attention beyond softmax (issue 23): the variants, and the hybrids' caches
     {"calibration", "measure"},
     {"serve"},
+    {"trace"},  # any PyTorch module on the roofline (issue 38)
     {"text"},
     {"plot", "explore"},
     {"commands"},

@@ -35,6 +35,11 @@ COMMAND_INDEX = (
         "measure",
         "time kernels here on the measured roofline, collectives on the link roof (needs torch)",
     ),
+    (
+        "trace",
+        "trace",
+        "any PyTorch module on the roofline: its operators on meta tensors, unfused against fused",
+    ),
     ("plot", "plot", "roofline chart (PNG, SVG, PDF) with operator trajectories and measured points"),
     ("report", "plot", "self-contained HTML report: the worked analysis with its charts"),
     (
