@@ -262,3 +262,44 @@ def test_bad_sources_are_one_line(tmp_path):
     f.write_text("def make():\n    raise ValueError('boom')\n")
     assert_one_line_error(run_cli("trace", f"{f}:make"), "raised ValueError: boom")
     assert_one_line_error(run_cli("trace", "model.onnx"), "not one of")
+
+
+def test_each_kernel_is_forecast_at_or_above_its_bound():
+    """On an H100 (profile h100 bf16) every fused kernel's forecast is at least its bound, the
+    GEMMs' within the profile's ceiling; --profile none prints the bound alone."""
+    src = f"{EXAMPLES / 'dit.py'}:make"
+    doc = run_cli("trace", src, "--device", "h100", "--phase", "train", "--json").json()
+    assert doc["profile"] and doc["fused"]["forecast_time_s"] >= doc["fused"]["time_s"]
+    assert all(k["forecast_time_s"] >= k["time_s"] * (1 - 1e-12) for k in doc["kernels"])
+    bare = run_cli("trace", src, "--device", "h100", "--profile", "none", "--json").json()
+    assert bare["profile"] is None and bare["fused"]["forecast_time_s"] is None
+    assert "forecast" not in run_cli("trace", src, "--device", "h100", "--profile", "none").stdout
+
+
+def test_a_config_json_and_an_exported_program(tmp_path):
+    """A published config.json (Phi-3-mini, from tests/data/configs) is built by transformers on the
+    meta device: its 32 layers' QKV products are 64 × 3072 by 3072 × 9216 each. A torch.export-ed
+    Linear(64, 32) + ReLU on 8 rows runs on its example inputs: 2 · 8 · 64 · 32 + 8 · 32 FLOPs."""
+    pytest.importorskip("transformers", minversion="5.0")
+    cfg = Path(__file__).parent / "data" / "configs" / "phi-3-mini-4k.json"
+    doc = run_cli("trace", str(cfg), "--seq", "64", "--device", "h100", "--json").json()
+    assert doc["source"] == "phi-3-mini-4k.json" and not doc["uncosted"]
+    qkv = [k for k in doc["kernels"] if k["module"].endswith("qkv_proj")]
+    assert len(qkv) == 32 and {k["flops"] for k in qkv} == {2 * 64 * 3072 * 9216}
+
+    class Small(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.lin(x))
+
+    program = tmp_path / "small.pt2"
+    torch.export.save(torch.export.export(Small(), (torch.randn(8, 64),)), program)
+    doc = run_cli("trace", str(program), "--device", "h100", "--json").json()
+    assert doc["flops"] == 2 * 8 * 64 * 32 + 8 * 32
+    assert [k["operators"] for k in doc["kernels"]] == [["addmm"], ["relu"]]
+    assert_one_line_error(run_cli("trace", str(tmp_path / "none.pt2")), "no such file")
+    (tmp_path / "bad.json").write_text('{"hidden_size": 3}')
+    assert_one_line_error(run_cli("trace", str(tmp_path / "bad.json")), "no model_type")

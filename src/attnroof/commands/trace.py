@@ -40,6 +40,9 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--chart", metavar="FILE", help="the kernels on the roofline, as PNG, SVG or PDF")
     add_device_args(p)
+    from attnroof.commands._forecast import add_profile_args
+
+    add_profile_args(p)
     add_json_arg(p)
 
 
@@ -66,20 +69,37 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(
             f"trace {label}: running it on meta tensors raised {type(e).__name__}: {e}"
         ) from None
-    p = Placed(t, {form: placed(t.kernels[form], roof, t.weights_bytes) for form in (UNFUSED, FUSED)})
+    from attnroof.commands._forecast import forecast_roof, missing_line
+    from attnroof.trace.kernels import forecast
+
+    fr = forecast_roof(args, dev, dt, roof)
+    forecasts = (
+        None
+        if fr is None
+        else {form: forecast(t.kernels[form], fr, t.weights_bytes) for form in (UNFUSED, FUSED)}
+    )
+    p = Placed(
+        t, {form: placed(t.kernels[form], roof, t.weights_bytes) for form in (UNFUSED, FUSED)}, forecasts,
+        "" if fr is None else fr.profile.basis,
+    )  # fmt: skip
     if args.chart:
         _chart(args.chart, p, roof, f"{label} ({args.phase}) on {dev.name}, {dt.name}")
     if args.json:
         emit_json({
             "source": label, "phase": t.phase, "device": dev.name, "dtype": dt.name, "operators": len(t.records),
             "flops": t.flops, "weights_bytes": t.weights_bytes, "uncosted": dict(t.uncosted),
-            **{form: {"kernels": len(t.kernels[form]), "bytes": t.bytes(form), "time_s": p.time(form)}
+            **{form: {"kernels": len(t.kernels[form]), "bytes": t.bytes(form), "time_s": p.time(form),
+                      "forecast_time_s": p.forecast(form)}
                for form in (UNFUSED, FUSED)},
+            "profile": p.basis or None,
             "modules": modules(p, args.depth),
-            "kernels": kernels_json(p.pairs(FUSED)),
+            "kernels": kernels_json(p.pairs(FUSED), None if forecasts is None else forecasts[FUSED]),
         })  # fmt: skip
         return 0
-    print(trace_text(p, label, dev.name, dt.name, args.depth, args.top))
+    print(
+        trace_text(p, label, dev.name, dt.name, args.depth, args.top)
+        + ("" if fr else missing_line(args, dev))
+    )
     return 0
 
 

@@ -21,9 +21,15 @@ class Placed:
 
     trace: Trace
     placements: dict[str, list[Placement]]
+    forecasts: dict[str, list[float]] | None = None
+    """Each kernel's forecast, both ways, where a profile covers the device."""
+    basis: str = ""
 
     def time(self, form: str) -> float:
         return sum(float(p.time_s) for p in self.placements[form])
+
+    def forecast(self, form: str) -> float | None:
+        return None if self.forecasts is None else sum(self.forecasts[form])
 
     def pairs(self, form: str) -> list[tuple[Kernel, Placement]]:
         return list(zip(self.trace.kernels[form], self.placements[form], strict=True))
@@ -57,16 +63,25 @@ def headline(p: Placed, label: str, device: str, dtype: str) -> list[str]:
         if t.uncosted
         else ""
     )
-    return [
+    fu, ff = p.forecast(UNFUSED), p.forecast(FUSED)
+    out = [
         f"trace of {escaped(label)} ({t.phase}) on {escaped(device)} ({dtype}): {len(t.records):,} operators, "
         f"{render.flops(t.flops)}; weights {render.nbytes(t.weights_bytes)}{left}",
-        f"unfused (one kernel per operator): {len(t.kernels[UNFUSED]):,} kernels, {render.nbytes(u)}, time ≥ {duration(tu)}",
+        f"unfused (one kernel per operator): {len(t.kernels[UNFUSED]):,} kernels, {render.nbytes(u)}, "
+        f"time ≥ {duration(tu)}{_forecast(fu)}",
         f"fused (element-wise runs into one kernel): {len(t.kernels[FUSED]):,} kernels, {render.nbytes(f)}, "
-        f"time ≥ {duration(tf)}; fusion saves {render.pct(1 - f / u) if u else '0%'} of the bytes, "
-        f"{tu / tf:.2f}× the time"
-        if tf
-        else "",
+        f"time ≥ {duration(tf)}{_forecast(ff)}; fusion saves {render.pct(1 - f / u) if u else '0%'} of the bytes, "
+        f"{tu / tf:.2f}× the bound" + (f", {fu / ff:.2f}× the forecast" if fu and ff else ""),
     ]
+    if p.basis:
+        out.append(
+            f"forecasts: {p.basis}, each kernel launched back to back (error not measured for traced modules)"
+        )
+    return out
+
+
+def _forecast(value: float | None) -> str:
+    return "" if value is None else f", forecast {duration(value)}"
 
 
 def trace_text(p: Placed, label: str, device: str, dtype: str, depth: int, top: int) -> str:
@@ -91,22 +106,26 @@ def trace_text(p: Placed, label: str, device: str, dtype: str, depth: int, top: 
         "fused time ≥",
         "fusion saves",
     ]
-    slow = sorted(p.pairs(FUSED), key=lambda kp: -float(kp[1].time_s))[:top]
+    order = sorted(range(len(p.placements[FUSED])), key=lambda i: -float(p.placements[FUSED][i].time_s))[:top]
+    pairs = p.pairs(FUSED)
     total = p.time(FUSED) or 1.0
-    kernel_rows = [_kernel_row(k, pl, total) for k, pl in slow]
+    kernel_rows = [_kernel_row(*pairs[i], total) for i in order]
+    kernel_heads = ["kernel", "module", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of the time"]
+    align = "llrrrrlr"
+    if p.forecasts is not None:
+        for row, i in zip(kernel_rows, order, strict=True):
+            row.insert(6, duration(p.forecasts[FUSED][i]))
+        kernel_heads.insert(6, "forecast")
+        align = "llrrrrrlr"
     return "\n".join(
         [
             *[line for line in headline(p, label, device, dtype) if line],
             "",
             table(heads, mod_rows, "lrrrrrrrr"),
             "",
-            f"the {len(slow)} slowest fused kernels:",
+            f"the {len(order)} slowest fused kernels:",
             "",
-            table(
-                ["kernel", "module", "FLOPs", "bytes", "FLOP/byte", "time ≥", "limiter", "of the time"],
-                kernel_rows,
-                "llrrrrlr",
-            ),
+            table(kernel_heads, kernel_rows, align),
         ]
     )
 
@@ -118,8 +137,10 @@ def _kernel_row(k: Kernel, pl: Placement, total: float) -> list[str]:
     ]  # fmt: skip
 
 
-def kernels_json(pairs: Sequence[tuple[Kernel, Placement]]) -> list[dict[str, Any]]:
-    return [
+def kernels_json(
+    pairs: Sequence[tuple[Kernel, Placement]], forecasts: Sequence[float] | None
+) -> list[dict[str, Any]]:
+    rows = [
         {
             "name": k.name,
             "module": k.module,
@@ -133,3 +154,6 @@ def kernels_json(pairs: Sequence[tuple[Kernel, Placement]]) -> list[dict[str, An
         }
         for k, pl in pairs
     ]
+    for row, f in zip(rows, forecasts or (), strict=False):
+        row["forecast_time_s"] = f
+    return rows

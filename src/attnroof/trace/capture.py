@@ -50,6 +50,9 @@ class Record:
     shapes: str = ""
     attention: dict[str, Any] = field(default_factory=dict)
     """For an attention record: the shape attnroof's formulas take (b, h, h_kv, s_q, s_kv, d, d_v, causal, itemsize)."""
+    gemm: tuple[int, int, int] | None = None
+    """For a matrix product of two operands (mm, addmm, bmm, baddbmm): its rows t (a batch's
+    rows together), depth k and outputs m, which the forecast's tiles take."""
 
 
 def distinct_bytes(t: Any) -> int:
@@ -199,6 +202,19 @@ class Recorder:
         self.tracker = ModuleTracker()
         with self.tracker, Functions(), Dispatch():
             return fn()
+
+
+GEMM_OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2)}
+"""Where each product's two operands sit among its arguments."""
+
+
+def _gemm(name: str, args: tuple) -> tuple[int, int, int] | None:
+    """(t, k, m) of a product A·B: A's rows (all its leading dimensions), its depth, B's columns."""
+    if name not in GEMM_OPERANDS:
+        return None  # a convolution, a fused attention kernel: no GEMM tiles to take
+    i, j = GEMM_OPERANDS[name]
+    a, b = args[i], args[j]
+    return int(math.prod(a.shape[:-1])), int(a.shape[-1]), int(b.shape[-1])
 
 
 def _unique(tensors: Any) -> tuple[Tensor, ...]:

@@ -18,15 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from attnroof.cost import Access, Cost, Stage
 from attnroof.ops.attention import _attention
 from attnroof.ops.backward import _attention_backward
+from attnroof.profiles.kernels import ATTENTION as ATTENTION_KERNEL
+from attnroof.profiles.kernels import GEMM, MEMORY, ForecastRoof, attention_kernels
 from attnroof.roofline import Placement, Roof, place, step_resident
 from attnroof.trace import rules
 from attnroof.trace.capture import ATTENTION, Record, Tensor
 
 UNFUSED, FUSED = "unfused", "fused"
+BACKWARD_KERNEL = "fused attention backward"
+"""The fused backward's main stage, as :func:`attnroof.ops.backward.attention_backward` names it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +40,9 @@ class Kernel:
 
     records: tuple[Record, ...]
     stage: Stage
+    spec: tuple[tuple[str, Any], ...] = ()
+    """Which kernel it is, for a forecast (:func:`attnroof.profiles.kernels.kernel_parts`): a GEMM
+    with its tiles, fused attention with its head dimension and keys, or a memory pass."""
 
     @property
     def module(self) -> str:
@@ -83,9 +91,54 @@ def unfused(records: Sequence[Record]) -> list[Kernel]:
     out = []
     for r in costed(records):
         if r.kind == ATTENTION:
-            out += [Kernel((r,), s) for s in attention_cost(r, fused=False).stages]
+            cost = attention_cost(r, fused=False)
+            out += [Kernel((r,), s, k) for s, k in zip(cost.stages, attention_specs(r, cost), strict=True)]
         else:
-            out.append(Kernel((r,), _stage(r.name, r.flops, r.reads, r.writes)))
+            out.append(Kernel((r,), _stage(r.name, r.flops, r.reads, r.writes), record_spec(r)))
+    return out
+
+
+def record_spec(r: Record) -> tuple[tuple[str, Any], ...]:
+    """The forecast's kernel of one operator: a GEMM (its tiles where it has two operands), else
+    a memory pass."""
+    if r.kind != rules.MATMUL:
+        return (("kernel", MEMORY),)
+    if r.gemm is None:
+        return (("kernel", GEMM),)
+    t, k, m = r.gemm
+    return (("kernel", GEMM), ("t", t), ("k", k), ("m", m))
+
+
+def attention_specs(r: Record, cost: Cost) -> list[tuple[tuple[str, Any], ...]]:
+    """The forecast's kernel of each stage of an attention record: the forward's as the attention
+    command has them; the backward's fused kernel as fused attention's backward, its unfused
+    products as GEMMs (each ``rows × depth → outputs`` over batch × heads), the rest memory passes."""
+    a = r.attention
+    q, s, d, units = a["s_q"], a["s_kv"], a["d"], a["batch"] * a["heads"]
+    if not r.backward:
+        specs = attention_kernels(cost, queries=q, keys=s, d=d, units=units, causal=a["causal"])
+        return [tuple(k.items()) for k in specs]
+    gemms = {
+        "dV = Pᵀ·dO": (s * units, q, d), "dP = dO·Vᵀ": (q * units, d, s),
+        "dQ = dS·K": (q * units, s, d), "dK = dSᵀ·Q": (s * units, q, d),
+    }  # fmt: skip
+    out: list[tuple[tuple[str, Any], ...]] = []
+    for st in cost.stages:
+        if st.name in gemms:
+            t, k, m = gemms[st.name]
+            out.append((("kernel", GEMM), ("t", t), ("k", k), ("m", m)))
+        elif st.name == BACKWARD_KERNEL:
+            out.append(
+                (
+                    ("kernel", ATTENTION_KERNEL),
+                    ("d", d),
+                    ("s", s),
+                    ("causal", a["causal"]),
+                    ("backward", True),
+                )
+            )
+        else:
+            out.append((("kernel", MEMORY),))
     return out
 
 
@@ -109,7 +162,9 @@ def fused(records: Sequence[Record], returned: set[int]) -> list[Kernel]:
     for group in groups:
         run = [records[j] for j in group]
         if run[0].kind == ATTENTION:  # its one kernel (a backward: and its preprocessing pass)
-            out += [Kernel(tuple(run), s) for s in attention_cost(run[0], fused=True).stages]
+            cost = attention_cost(run[0], fused=True)
+            specs = attention_specs(run[0], cost)
+            out += [Kernel(tuple(run), s, k) for s, k in zip(cost.stages, specs, strict=True)]
             continue
         made = {w.storage for g in run for w in g.writes}
         reads = {(t.storage, t.view): t for g in run for t in g.reads if t.storage not in made}
@@ -122,8 +177,19 @@ def fused(records: Sequence[Record], returned: set[int]) -> list[Kernel]:
         }
         name = run[0].name if len(run) == 1 else f"{run[0].name} +{len(run) - 1}"
         stage = _stage(name, sum(g.flops for g in run), list(reads.values()), list(writes.values()))
-        out.append(Kernel(tuple(run), stage))
+        out.append(Kernel(tuple(run), stage, record_spec(run[0]) if len(run) == 1 else (("kernel", MEMORY),)))
     return out
+
+
+def forecast(kernels: Sequence[Kernel], roof: ForecastRoof, weights_held: float) -> list[float]:
+    """Each kernel's forecast on ``roof`` (a profile's efficiencies, launched back to back), the
+    cache charged as :func:`placed` charges it; never below its bound."""
+    stages = tuple(k.stage for k in kernels)
+    resident = step_resident(stages, roof, 0, weights_held)
+    return [
+        float(roof.kernel_time(float(s.flops), max(float(s.bytes), 1.0), dict(k.spec), float(r)))
+        for k, s, r in zip(kernels, stages, resident, strict=True)
+    ]
 
 
 def placed(kernels: Sequence[Kernel], roof: Roof, weights_held: float) -> list[Placement]:

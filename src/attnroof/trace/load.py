@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,21 @@ def _hf(path: Path, batch: int, seq: int) -> tuple[Any, tuple, dict, str]:
         import transformers
     except ImportError:
         raise InputError("trace of a config.json needs transformers: pip install 'attnroof[trace]'") from None
+    from attnroof.errors import read_json
+
+    file = path / "config.json" if path.is_dir() else path
+    fields = read_json(file, "config", InputError)
+    if not isinstance(fields, dict) or not isinstance(fields.get("model_type"), str):
+        raise InputError(f"trace {file}: not a Hugging Face config (no model_type)")
+    fields = {k: v for k, v in fields.items() if k != "quantization_config"}  # shapes only, no weights
+    transformers.logging.set_verbosity_error()
     try:
-        cfg = transformers.AutoConfig.from_pretrained(str(path.parent if path.is_file() else path))
+        cfg = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     except Exception as e:
-        raise InputError(f"trace {path}: transformers cannot read it: {type(e).__name__}: {e}") from None
+        raise InputError(f"trace {file}: transformers cannot read it: {type(e).__name__}: {e}") from None
     cfg._attn_implementation = "sdpa"
-    with torch.device("meta"):
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         if cfg.model_type in VISION:
             model = transformers.AutoModel.from_config(cfg)
             size = getattr(cfg, "image_size", 224)
@@ -97,7 +107,7 @@ def _hf(path: Path, batch: int, seq: int) -> tuple[Any, tuple, dict, str]:
     dtype = getattr(cfg, "torch_dtype", None) or getattr(cfg, "dtype", None)
     if isinstance(dtype, torch.dtype):
         model = model.to(dtype)
-    return model, (), kwargs, f"{cfg.model_type} ({path})"
+    return model, (), kwargs, file.name
 
 
 def _exported(path: Path) -> tuple[Any, tuple, dict, str]:
