@@ -81,6 +81,33 @@ def test_an_embedding_reads_the_rows_it_gathers_not_the_table():
     assert t.bytes(UNFUSED) == 8 * 4096 * BF16 + 8 * 8 + 8 * 4096 * BF16
 
 
+def test_an_in_place_scatter_writes_its_rows_and_a_grouped_gemm_reads_every_group():
+    """x.index_put_((idx,), v): 64 rows of 512 bf16 written into a 1024-row x: it reads v (64 KiB)
+    and the 64 int64 indices (512 B), and writes 64 KiB, not x's 1 MiB. torch._grouped_mm of
+    256 rows of 64 against 4 experts' 64 × 32 (an MoE kernel's shape): 2 · 256 · 64 · 32 FLOPs,
+    every expert's weights read once (16 KiB), which PyTorch's registry does not count."""
+    x, v = _meta(1024, 512), _meta(64, 512)
+    idx = torch.empty(64, dtype=torch.long, device="meta")
+    _, r = _one(lambda a, i, b: a.index_put_((i,), b), x, idx, v)
+    assert r.kind == rules.SCATTER and r.flops == 0
+    assert sum(a.bytes for a in r.reads) == 64 * 512 * BF16 + 64 * 8
+    assert [w.bytes for w in r.writes] == [64 * 512 * BF16]
+    offs = torch.empty(4, dtype=torch.int32, device="meta")
+    _, g = _one(lambda a, b, o: torch._grouped_mm(a, b, offs=o), _meta(256, 64), _meta(4, 64, 32), offs)
+    assert g.kind == rules.MATMUL and g.flops == 2 * 256 * 64 * 32
+    assert sum(a.bytes for a in g.reads) == (256 * 64 + 4 * 64 * 32) * BF16 + 4 * 4
+
+
+def test_a_router_s_top_k_and_sort_are_costed():
+    """topk over 128 experts of 64 tokens compares each score once (8,192); sort compares each of
+    them log2(128) = 7 times (57,344)."""
+    scores = _meta(64, 128, dtype=torch.float32)
+    _, r = _one(lambda a: torch.topk(a, 8, dim=-1), scores)
+    assert r.kind == rules.REDUCTION and r.flops == 64 * 128
+    _, r = _one(lambda a: torch.sort(a, dim=-1), scores)
+    assert r.flops == 64 * 128 * 7
+
+
 def test_an_operator_no_rule_costs_is_named_and_left_out():
     """torch.linalg.qr has no rule: it is listed as uncosted, never counted as zero bytes."""
     t = trace(lambda a: torch.linalg.qr(a.float())[0] + 1, (_meta(64, 64),))

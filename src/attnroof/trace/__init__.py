@@ -10,6 +10,7 @@ them into kernels unfused and fused (:mod:`attnroof.trace.kernels`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +51,8 @@ def trace(
 ) -> Trace:
     """Run ``module(*args, **kwargs)`` on the meta device and record it; ``phase`` ``train`` runs
     the backward of its output too (its ``loss`` where it returns one, else the sum of its first
-    tensor). A module's parameters and buffers are moved to the meta device first, and tensor
+    tensor). A module runs in eval mode for ``forward`` (no dropout), in train mode for
+    ``train``. A module's parameters and buffers are moved to the meta device first, and tensor
     arguments too: nothing is allocated or computed."""
     import torch
 
@@ -58,8 +60,8 @@ def trace(
         raise ValueError(f"phase {phase!r}; known: {', '.join(PHASES)}")
     if isinstance(module, torch.nn.Module):
         module = module.to("meta")
-        if phase == TRAIN:
-            module.train()
+        with contextlib.suppress(NotImplementedError):  # an exported program keeps its own mode
+            module.train(phase == TRAIN)  # a forward is inference's: dropout off
     args = tuple(_meta(a) for a in args)
     kwargs = {k: _meta(v) for k, v in (kwargs or {}).items()}
     weights: set[int] = set()

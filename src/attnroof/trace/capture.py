@@ -125,9 +125,17 @@ class Recorder:
             )
             reads = tuple(rows if r is table else r for r in reads)
         shapes = " ".join("×".join(map(str, t.shape)) or "scalar" for t in ins[:3])
-        self.records.append(
-            Record(str(func.overloadpacket.__name__), kind, module, backward, flops, reads, writes, shapes)
-        )
+        targets = {r.storage for r in reads} & {w.storage for w in writes}
+        if kind == rules.SCATTER and targets:  # in place: it writes as many bytes as its source has
+            source = max((r.bytes for r in reads if r.storage not in targets), default=0)
+            reads = tuple(r for r in reads if r.storage not in targets)
+            writes = tuple(
+                Tensor(w.storage, min(w.bytes, source), w.weight, w.view) if w.storage in targets else w
+                for w in writes
+            )
+        name = str(func.overloadpacket.__name__)
+        gemm = _gemm(name, args) if kind == rules.MATMUL else None
+        self.records.append(Record(name, kind, module, backward, flops, reads, writes, shapes, gemm=gemm))
 
     def attention(self, q: Any, k: Any, v: Any, out: Any, causal: bool, mask: Any, backward: bool) -> None:
         b, h, s_q, d = (int(x) for x in (math.prod(q.shape[:-3]), *q.shape[-3:]))

@@ -54,14 +54,16 @@ class Kernel:
         return names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1} fused"
 
 
-def attention_cost(r: Record, fused: bool) -> Cost:
+def attention_cost(
+    r: Record, fused: bool, softmax_flops_per_element: float = rules.SOFTMAX_FLOPS_PER_ELEMENT
+) -> Cost:
     """An attention record by attnroof's formulas: one KV head's ``h/h_kv`` query heads, times
     batch × KV heads; a mask tensor given is read once more by the kernel that applies it."""
     a = r.attention
     formula = _attention_backward if r.backward else _attention
     one = formula(
         a["s_q"], a["s_kv"], a["d"], fused=fused, causal=a["causal"], group=a["heads"] // a["kv_heads"],
-        itemsize=a["itemsize"], kv_itemsize=a["itemsize"], softmax_flops_per_element=rules.SOFTMAX_FLOPS_PER_ELEMENT,
+        itemsize=a["itemsize"], kv_itemsize=a["itemsize"], softmax_flops_per_element=softmax_flops_per_element,
         d_v=a["d_v"],
     )  # fmt: skip
     cost = one * (a["batch"] * a["kv_heads"])

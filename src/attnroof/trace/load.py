@@ -4,6 +4,7 @@ example arguments; the errors are one line naming what was wrong."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import sys
@@ -88,19 +89,18 @@ def _hf(path: Path, batch: int, seq: int) -> tuple[Any, tuple, dict, str]:
         cfg = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
     except Exception as e:
         raise InputError(f"trace {file}: transformers cannot read it: {type(e).__name__}: {e}") from None
-    cfg._attn_implementation = "sdpa"
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if cfg.model_type in VISION:
-            model = transformers.AutoModel.from_config(cfg)
+            model = from_config(transformers.AutoModel, cfg)
             size = getattr(cfg, "image_size", 224)
             kwargs = {"pixel_values": torch.empty(batch, getattr(cfg, "num_channels", 3), size, size)}
         elif getattr(cfg, "is_encoder_decoder", False):
-            model = transformers.AutoModelForSeq2SeqLM.from_config(cfg)
+            model = from_config(transformers.AutoModelForSeq2SeqLM, cfg)
             ids = torch.zeros(batch, seq, dtype=torch.long)
             kwargs = {"input_ids": ids, "decoder_input_ids": ids}
         else:
-            model = transformers.AutoModelForCausalLM.from_config(cfg)
+            model = from_config(transformers.AutoModelForCausalLM, cfg)
             # use_cache: its prompt K and V written, as attnroof model counts them (and without a cache,
             # transformers 5 looks for packed sequences with .item(), which meta tensors cannot do)
             kwargs = {"input_ids": torch.zeros(batch, seq, dtype=torch.long), "use_cache": True}
@@ -108,6 +108,29 @@ def _hf(path: Path, batch: int, seq: int) -> tuple[Any, tuple, dict, str]:
     if isinstance(dtype, torch.dtype):
         model = model.to(dtype)
     return model, (), kwargs, file.name
+
+
+IMPLEMENTATIONS = (
+    {"attn_implementation": "sdpa", "experts_implementation": "grouped_mm"},
+    {"attn_implementation": "sdpa"},
+    {"attn_implementation": "eager", "experts_implementation": "grouped_mm"},
+    {"attn_implementation": "eager"},
+)
+"""What transformers is asked to build, the first it accepts: SDPA (one attention operator, which
+attnroof costs as its own) and grouped expert GEMMs (each expert's weights read once, as a fused
+MoE kernel reads them; the batched path gathers a copy of them for every token). A model that
+refuses SDPA (Gemma 2's soft-capping, gpt-oss's sinks) runs eager: its attention is products."""
+
+
+def from_config(factory: Any, cfg: Any) -> Any:
+    """The model of the first of :data:`IMPLEMENTATIONS` transformers accepts for ``cfg`` (each
+    try on a copy: a refused one leaves its choice in the config)."""
+    for kw in IMPLEMENTATIONS[:-1]:
+        try:
+            return factory.from_config(copy.deepcopy(cfg), **kw)
+        except ValueError:  # transformers' word for "not for this architecture"
+            continue
+    return factory.from_config(copy.deepcopy(cfg), **IMPLEMENTATIONS[-1])
 
 
 def _exported(path: Path) -> tuple[Any, tuple, dict, str]:

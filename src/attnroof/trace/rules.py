@@ -9,11 +9,14 @@ operator in neither is *uncosted*: the trace names it and leaves it out of the t
 
 Kinds: ``view`` (no kernel: a new header on the same bytes), ``free`` (allocation without a
 write), ``matmul`` (its own kernel, never fused), ``pointwise`` and ``reduction`` (fusible),
-``gather`` (an embedding lookup or an index: it reads the rows it gathers, not the whole table).
+``gather`` (an embedding lookup or an index: it reads the rows it gathers, not the whole table),
+``scatter`` (an indexed write in place: it writes as many bytes as its source holds, not the
+whole target; out of place it copies the target, as a pointwise operator would).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from attnroof.ops.attention import SOFTMAX_FLOPS_PER_ELEMENT
@@ -30,8 +33,8 @@ from attnroof.ops.elementwise import (
     RMSNORM_FLOPS_PER_ELEMENT,
 )
 
-VIEW, FREE, MATMUL, POINTWISE, REDUCTION, GATHER, UNCOSTED = (
-    "view", "free", "matmul", "pointwise", "reduction", "gather", "uncosted",
+VIEW, FREE, MATMUL, POINTWISE, REDUCTION, GATHER, SCATTER, UNCOSTED = (
+    "view", "free", "matmul", "pointwise", "reduction", "gather", "scatter", "uncosted",
 )  # fmt: skip
 FUSIBLE = frozenset({POINTWISE, REDUCTION})
 """The kinds the fusion rule chains into one kernel (:mod:`attnroof.trace.kernels`)."""
@@ -136,6 +139,10 @@ POINTWISE_FLOPS: dict[str, float] = {
             "log1p",
             "expm1",
             "hardtanh",
+            "floor_divide",
+            "bernoulli",
+            "native_dropout",
+            "native_dropout_backward",
             "leaky_relu",
             "mish",
             "softplus",
@@ -167,6 +174,9 @@ POINTWISE_FLOPS: dict[str, float] = {
             "stack",
             "cat",
             "constant_pad_nd",
+            "new_ones",
+            "new_zeros",
+            "new_full",
         ],
         0.0,
     ),
@@ -197,6 +207,9 @@ REDUCTION_FLOPS: dict[str, float] = {
             "linalg_vector_norm",
             "any",
             "all",
+            "topk",
+            "histc",
+            "bincount",
         ],
         1.0,
     ),
@@ -216,6 +229,16 @@ REDUCTION_FLOPS: dict[str, float] = {
 """FLOPs per *input* element of each reduction (a norm or a softmax: its whole pass)."""
 
 GATHERS = frozenset(["embedding", "index", "index_select", "gather", "take"])
+SCATTERS = frozenset(
+    ["scatter", "scatter_add", "scatter_reduce", "index_put", "index_add", "index_copy", "masked_scatter"]
+)
+"""Their FLOPs: one an element written where they combine (``scatter_add``, ``index_add``), else none."""
+SCATTER_FLOPS = frozenset(["scatter_add", "scatter_reduce", "index_add"])
+
+GROUPED_GEMMS = frozenset(["_grouped_mm", "_scaled_grouped_mm"])
+"""Grouped products (one GEMM a group of rows, MoE experts' kernels), which PyTorch's registry does
+not count: 2 FLOPs a multiply-add, each output element a dot product over A's last dimension (for
+two 2-D operands, groups along that dimension: the whole of it once)."""
 
 
 def kind_of(func: Any) -> str:
@@ -223,14 +246,18 @@ def kind_of(func: Any) -> str:
     name = func.overloadpacket.__name__.rstrip("_")
     from torch.utils.flop_counter import flop_registry
 
-    if func.overloadpacket in flop_registry:
+    if func.overloadpacket in flop_registry or name in GROUPED_GEMMS:
         return MATMUL
+    if name == "sort":
+        return REDUCTION
     if name in VIEWS or getattr(func, "is_view", False):
         return VIEW
     if name in FREE_OPS:
         return FREE
     if name in GATHERS:
         return GATHER
+    if name in SCATTERS:
+        return SCATTER
     if name in REDUCTION_FLOPS:
         return REDUCTION
     if name in POINTWISE_FLOPS:
@@ -243,10 +270,22 @@ def flops_of(
 ) -> float:
     """The operator's FLOPs: PyTorch's registry for the matrix products, else the table's."""
     name = func.overloadpacket.__name__.rstrip("_")
+    if kind == MATMUL and name in GROUPED_GEMMS:
+        a, b = args[0], args[1]
+        if a.dim() == 2 and b.dim() == 2:  # groups along the depth: M × N outputs over all of it
+            return 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+        return 2.0 * out.numel() * a.shape[-1]
     if kind == MATMUL:
         from torch.utils.flop_counter import flop_registry
 
         return float(flop_registry[func.overloadpacket](*args, **kwargs, out_val=out))
+    if name == "sort":  # comparisons: log2 of the sorted dimension an element
+        dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else -1)
+        size = args[0].shape[dim] if args[0].dim() else 1
+        return float(numel_in * max(1, math.ceil(math.log2(max(size, 1)))))
+    if kind == SCATTER:  # one a source element combined: the source is its last tensor argument
+        sources = [a for a in args[1:] if hasattr(a, "numel")]
+        return float(sources[-1].numel()) if name in SCATTER_FLOPS and sources else 0.0
     if kind == REDUCTION:
         return REDUCTION_FLOPS[name] * numel_in
     if kind == POINTWISE:
