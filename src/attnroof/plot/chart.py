@@ -146,11 +146,13 @@ def draw_roofline(
     ceilings: Sequence[Roof] = (),
     title: str = "",
     figsize: tuple[float, float] = FIGSIZE,
+    extent: Sequence[tuple[float, float]] = (),
 ) -> Figure:
     """Draw ``roofs`` (catalog), ``ceilings`` (measured roofs), ``trajs`` and ``measured`` points,
     each measured point linked to the model's point for its shape on the roof it ran under: the
     ``ceilings`` (measured on the device the points ran on) when given, else ``model_device``'s
-    catalog roof."""
+    catalog roof. ``extent``: more (FLOP/byte, FLOP/s) points the axes and roofs must span, for a
+    caller that draws its own points on the figure."""
     if not roofs:
         raise InputError("a roofline chart needs at least one roof (a dtype)")
     fig = RooflineFigure(figsize=figsize, layout="constrained")
@@ -170,6 +172,8 @@ def draw_roofline(
         if mp:
             xs.append(mp[0])
             ys.append(mp[1])
+    xs += [x for x, _ in extent]
+    ys += [y for _, y in extent]
     xlim, ylim = _limits(xs), _limits(ys, TOP_MARGIN)
 
     _draw_roofs(ax, roofs, ylim, xlim)

@@ -13,10 +13,11 @@ FORMS = {"unfused": ("tab:red", "x"), "fused": ("tab:blue", "o")}
 
 def trace_figure(roof: Roof, points: dict[str, list[tuple[float, float, float]]], title: str) -> Any:
     """``points``: per form, (FLOP/byte, attainable FLOP/s, share of the form's time) per kernel."""
-    fig = draw_roofline([roof], title=title)
+    kept_points = [(x, y) for pts in points.values() for x, y, _ in pts if x > 0 and y > 0]
+    fig = draw_roofline([roof], title=title, extent=kept_points)
     ax = fig.axes[0]
-    xs = [x for pts in points.values() for x, _, _ in pts if x > 0]
-    ys = [y for pts in points.values() for _, y, _ in pts if y > 0]
+    legend = fig.legends.pop()  # the roof's entries, with the kernels' added below
+    handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.texts]
     for form, pts in points.items():
         colour, marker = FORMS[form]
         kept = [(x, y, w) for x, y, w in pts if x > 0 and y > 0]
@@ -25,10 +26,7 @@ def trace_figure(roof: Roof, points: dict[str, list[tuple[float, float, float]]]
                 [x for x, _, _ in kept], [y for _, y, _ in kept], s=[12 + 300 * w for _, _, w in kept],
                 c=colour, marker=marker, alpha=0.6, label=f"{form} kernels", gid=f"trace-{form}",
             )  # fmt: skip
-    if xs and ys:
-        lo_x, hi_x = ax.get_xlim()
-        lo_y, hi_y = ax.get_ylim()
-        ax.set_xlim(min(lo_x, min(xs) / 2), max(hi_x, max(xs) * 2))
-        ax.set_ylim(min(lo_y, min(ys) / 2), hi_y)
-    ax.legend(loc="lower right", fontsize=8)
+            handles.append(ax.collections[-1])
+            labels.append(f"{form} kernels (size: share of the time)")
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8.5, frameon=False)
     return fig
