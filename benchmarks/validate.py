@@ -275,12 +275,18 @@ def training_words(row: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[lis
     schedule, virtual = plan.get("schedule"), plan.get("virtual_stages")
     if schedule and schedule.startswith("interleaved") and virtual:
         words += ["--schedule", "interleaved", "--virtual-stages", str(virtual)]
+    elif schedule and schedule.startswith("interleaved") and pp > 1:
+        words.append(UNSTATED_CHUNKS)
+        assumed.append(
+            "interleaved, chunks per device not stated: bounded by the chunk count whose bound is "
+            "least, forecast with the fewest chunks that split the layers"
+        )
     elif pp > 1:
         words.append(UNSTATED_SCHEDULE)
         assumed.append(
-            f"schedule {schedule or 'not stated'}, chunks per device not stated: the schedule attnroof "
-            "knows whose bound is least (1f1b, zb-h1, interleaved at each chunk count that splits the "
-            "layers), the bound over what the row may have run"
+            f"schedule {schedule or 'not stated'}: bounded by the schedule attnroof knows whose bound "
+            "is least (1f1b, zb-h1, interleaved at each chunk count that splits the layers), "
+            "forecast with attnroof's default, 1f1b"
         )
     if plan.get("sequence_parallel"):
         words.append("--sp")
@@ -322,47 +328,50 @@ def measured_step(row: dict[str, Any], cfg: dict[str, Any], batch: int) -> tuple
     raise RowFailed("no measured step time, tokens/s or TFLOP/s per GPU")
 
 
-UNSTATED_SCHEDULE = "<schedule>"
-"""Where a row's words hold this, its pipeline schedule is not stated: :func:`least_schedule` tries each."""
+UNSTATED_SCHEDULE, UNSTATED_CHUNKS = "<schedule>", "<interleaved>"
+"""Where a row's words hold one of these, its pipeline schedule is not stated, or it is interleaved
+with its chunks a device not stated: :func:`least_schedule` tries each."""
 SCHEDULES = (["--schedule", "1f1b"], ["--schedule", "zb-h1"])
 MAX_VIRTUAL_STAGES = 16
 
 
-def least_schedule(words: list[str]) -> tuple[list[str], dict[str, Any]]:
+def least_schedule(words: list[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
     """``words`` run with each pipeline schedule attnroof has (1F1B, ZB-H1, interleaved at every
     chunk count up to :data:`MAX_VIRTUAL_STAGES` that splits the layers): the words and the JSON of
-    the one whose bound is least. A row that does not say which schedule it ran is bounded by every
-    schedule it may have run; the forecast is that plan's."""
-    if UNSTATED_SCHEDULE not in words:
-        return words, attnroof_json(words)
-    i = words.index(UNSTATED_SCHEDULE)
-    tries = [
-        *SCHEDULES,
-        *(
-            ["--schedule", "interleaved", "--virtual-stages", str(v)]
-            for v in range(2, MAX_VIRTUAL_STAGES + 1)
-        ),
+    the one whose bound is least, and the JSON of the forecast's plan. A row that does not say which
+    schedule it ran is bounded by every schedule it may have run, and forecast with the schedule a
+    user who does not say gets: attnroof's default, 1F1B, or for a row that says "interleaved" the
+    fewest chunks that split its layers. The least bound's plan would make the forecast the fastest
+    schedule's, which a run that names none is not known to have used."""
+    marks = [w for w in words if w in (UNSTATED_SCHEDULE, UNSTATED_CHUNKS)]
+    if not marks:
+        out = attnroof_json(words)
+        return words, out, out
+    i = words.index(marks[0])
+    interleaved = [
+        ["--schedule", "interleaved", "--virtual-stages", str(v)] for v in range(2, MAX_VIRTUAL_STAGES + 1)
     ]
+    tries = interleaved if marks[0] == UNSTATED_CHUNKS else [*SCHEDULES, *interleaved]
     runs = []
     for schedule in tries:
         w = [*words[:i], *schedule, *words[i + 1 :]]
         try:
-            runs.append((attnroof_json(w)["totals"]["time_s"], w))
+            runs.append((attnroof_json(w), w))
         except RowFailed:  # a chunk count that does not split the layers
             continue
     if not runs:
         raise RowFailed("no pipeline schedule attnroof has runs this plan")
-    best = min(runs, key=lambda r: r[0])[1]
-    return best, attnroof_json(best)
+    best = min(runs, key=lambda r: r[0]["totals"]["time_s"])
+    return best[1], best[0], runs[0][0]
 
 
 def training_result(row: dict[str, Any], rows: list[dict[str, Any]], profile: list[str]) -> Result:
     words, assumed = training_words(row, rows)
-    words, out = least_schedule(words + profile)
+    words, out, planned = least_schedule(words + profile)
     totals, cfg = out["totals"], out["config"]
     batch = out["batch"]
     step, how = measured_step(row, cfg, batch)
-    bound, forecast = totals["time_s"], totals.get("forecast_time_s")
+    bound, forecast = totals["time_s"], planned["totals"].get("forecast_time_s")
     figures = [Figure("training step", "step_s", step, forecast, bound)]
     if row.get("measured_mfu"):
         dt = row.get("dtype") or "bf16"
@@ -379,7 +388,7 @@ def training_result(row: dict[str, Any], rows: list[dict[str, Any]], profile: li
             f"; MFU = F / ({row['devices']} x {peak / 1e12:g} TFLOP/s x step), the row's convention "
             f"(the measured step gives {mfu(step):.3f} beside the printed {row['measured_mfu']})"
         )
-    basis = (out.get("forecast") or {}).get("basis")
+    basis = (planned.get("forecast") or {}).get("basis")
     return Result(row["id"], row["source"], "training", [words], assumed, how, figures, basis)
 
 
