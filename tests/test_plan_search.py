@@ -10,7 +10,15 @@ import pytest
 from attnroof.errors import InputError
 from attnroof.model.config import builtin
 from attnroof.model.parallel import Plan
-from attnroof.model.search import NOT_FIT, NOT_SCHEDULE, NOT_SEQUENCE, Option, options, parse_where
+from attnroof.model.search import (
+    NOT_FIT,
+    NOT_SCHEDULE,
+    NOT_SEQUENCE,
+    NOT_STATES,
+    Option,
+    options,
+    parse_where,
+)
 from conftest import assert_one_line_error, run_cli, run_cli_process
 from test_train_parallel import LLAMA3_405B
 
@@ -90,7 +98,8 @@ def test_every_plan_considered_is_counted_and_the_front_told_apart():
     assert out["refused"][NOT_SCHEDULE] == 785
     text = run_cli(*argv, "--top", "12", "--profile", "none").stdout  # the bound's table alone
     assert f"{out['considered']:,} plans considered, {out['tried']:,} tried, {out['fit']:,} fit" in text
-    assert f"refused before they were tried: 785 {NOT_SCHEDULE}" in text
+    refused = next(ln for ln in text.splitlines() if ln.startswith("refused before they were tried: "))
+    assert f"785 {NOT_SCHEDULE}" in refused and f"{out['refused'][NOT_STATES]:,} {NOT_STATES}" in refused
     rows = [ln.split("|") for ln in text.splitlines() if ln.startswith("|") and "devices" in ln]
     shown = [r[3].strip() for r in rows]
     times = [r["time_s"] for r in out["front"][:12]]

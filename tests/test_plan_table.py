@@ -18,9 +18,10 @@ import pytest
 from attnroof.devices import get_device
 from attnroof.model.busy import Dense, Parts, pipelines, stage_times
 from attnroof.model.config import builtin
+from attnroof.model.parallel import Plan
 from attnroof.model.plan_table import PlanTable, device_classes
 from attnroof.model.schedules import SCHEDULES
-from attnroof.model.search import NOT_FIT, NOT_SEQUENCE, Choices, options, pareto
+from attnroof.model.search import NOT_FIT, NOT_SEQUENCE, NOT_STATES, Choices, options, pareto, search
 from attnroof.model.train_spread import train_layout, train_spread
 from attnroof.model.training_memory import TrainPrecision
 from attnroof.roofline import Roof
@@ -178,8 +179,8 @@ def test_the_front_is_the_definition():
     rng = random.Random(7)
     for _ in range(30):
         rows = [
-            SimpleNamespace(time_s=rng.choice([1, 2, 3, 4]), memory_bytes=rng.choice([5, 6, 7]),
-                            option=SimpleNamespace(plan=SimpleNamespace(devices=rng.choice([4, 8, 16]))))
+            SimpleNamespace(time_s=rng.choice([1, 2, 3, 4]), memory_bytes=rng.choice([5, 6, 7]), estimate_time_s=0,
+                            option=SimpleNamespace(plan=SimpleNamespace(devices=rng.choice([4, 8, 16])), fields=dict))
             for _ in range(25)
         ]  # fmt: skip
 
@@ -191,3 +192,51 @@ def test_the_front_is_the_definition():
             r for i, r in enumerate(ordered) if not any(all(a <= b for a, b in zip(key(q), key(r), strict=True)) for q in ordered[:i])
         ]  # fmt: skip
         assert [id(r) for r in pareto(rows)] == [id(r) for r in expected]
+
+
+def test_states_alone_rule_out_a_policy_by_hand():
+    """Llama 3.1 8B's 8,030,261,248 parameters at 16 B each (bf16 weights and gradients, fp32
+    master, m and v): 128.5 GB on one H100 of 85.9 GB, so no plan of ZeRO 0 on one device can fit
+    whatever its micro-batches; ZeRO 1 over DP 8 keeps 4 B a parameter and an eighth of the 12:
+    8.03e9 × (4 + 12/8) = 44.2 GB, which fits."""
+    model = builtin("llama-3.1-8b")
+    table = PlanTable(model, 32, 4096, ROOF, H100.links, PREC)
+    assert 8_030_261_248 * 16 > H100.capacity_bytes > 8_030_261_248 * (4 + 12 / 8)
+    assert not table.states_fit(Plan(), H100.capacity_bytes)
+    assert table.states_fit(Plan(dp=8, zero=1), H100.capacity_bytes)
+    assert table.states_fit(Plan(), None)
+
+
+@pytest.mark.parametrize(
+    ("name", "devices", "batch", "context"), [("llama-3.1-70b", 16, 32, 4096), ("mixtral-8x7b", 32, 32, 4096)]
+)
+def test_pruning_by_states_keeps_every_plan_that_fits(name, devices, batch, context):
+    """The search with the states rule and without: the same plans fit, with the same bounds and
+    memory, the same front; what the rule leaves out is what the judge rejects for memory, and
+    every plan considered is still counted once."""
+    model = builtin(name)
+    table = PlanTable(model, batch, context, ROOF, H100.links, PREC)
+
+    def cost(o):
+        return train_spread(model, batch, context, ROOF, H100.links, o.plan, PREC, recompute=o.recompute)
+
+    def judge(opts):
+        return table.judge(opts, H100.capacity_bytes)
+
+    def run(states_fit):
+        return search(
+            model, "train", batch, devices, cost, lambda s: {}, H100.capacity_bytes, context=context,
+            judge=judge, states_fit=states_fit,
+        )  # fmt: skip
+
+    plain = run(None)
+    pruned = run(lambda p: table.states_fit(p, H100.capacity_bytes))
+    left = pruned.rejected[NOT_STATES]
+    assert left > 0 and pruned.tried + left == plain.tried
+    assert pruned.rejected[NOT_FIT] + left == plain.rejected[NOT_FIT]
+
+    def rows(found):
+        return sorted((r.time_s, r.memory_bytes, tuple(r.option.fields().items())) for r in found.rows)
+
+    assert rows(pruned) == rows(plain) and rows(plain)
+    assert [r.option for r in pruned.front] == [r.option for r in plain.front]

@@ -101,6 +101,7 @@ def batch_of(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from attnroof.model.layers import Precision
     from attnroof.model.notes import past_positions
+    from attnroof.model.parallel import Plan
     from attnroof.model.search import Choices, Option, parse_where, search
     from attnroof.model.spread import Spread, spread
     from attnroof.model.train_spread import step_totals, train_plan_memory, train_spread
@@ -149,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     given = [f"--{f.replace('_', '-')}" for f in SHARDING_FLAGS if getattr(args, f) is not None]
     require(train or not given, f"{', '.join(given)} applies to --phase train only")
-    judge = None
+    judge = states_fit = None
     if train:
         from attnroof.model.plan_table import PlanTable
 
@@ -158,6 +159,9 @@ def _run(args: argparse.Namespace) -> int:
 
         def judge(options: list[Option]) -> list[tuple[Any, ...]]:
             return table.judge(options, dev.capacity_bytes)
+
+        def states_fit(plan: Plan) -> bool:
+            return table.states_fit(plan, dev.capacity_bytes)
 
     found = search(
         model,
@@ -172,6 +176,7 @@ def _run(args: argparse.Namespace) -> int:
         context=args.context,
         memory=memory if train else None,
         judge=judge,
+        states_fit=states_fit,
     )
     ranked = _by_forecast(args, dev, dt, roof, links, found, cost, model, batch)
     if args.json:

@@ -179,6 +179,7 @@ class PlanTable:
         self._plans: dict[tuple[Any, ...], _Plans | None] = {}
         self._members: dict[tuple[Any, ...], list[tuple[Shard, bool, bool, list[int]]]] = {}
         self._states: dict[tuple[Any, ...], list[float]] = {}
+        self._most_states: dict[tuple[Any, ...], float] = {}
         self._state_index: dict[tuple[int, tuple[Any, ...]], int] = {}
         self._state_rows: list[list[float]] = []
         self._kept: dict[tuple[Any, ...], dict[str, list[float]]] = {}
@@ -312,6 +313,41 @@ class PlanTable:
         return row
 
     # ------------------------------------------------------------ the plans, on arrays
+
+    def states_fit(self, plan: Plan, capacity_bytes: float | None) -> bool:
+        """Whether the weights, gradients and optimizer state of the plan's busiest device fit
+        ``capacity_bytes`` on their own: where they do not, no micro-batch count or recomputation
+        of the plan fits (:meth:`judge` adds activations to the same states), and a search need
+        not enumerate them (:func:`attnroof.model.search.options`). Worked out from the shards
+        alone, once per cut, DP degree and policy; a layout that cannot be built (sequence
+        parallelism) is left to :meth:`judge`."""
+        if capacity_bytes is None:
+            return True
+        cut = (
+            plan.tp,
+            plan.pp,
+            plan.virtual_stages,
+            plan.ep,
+            plan.etp,
+            plan.sp,
+            plan.expert_imbalance,
+            plan.cp,
+        )
+        key = (cut, plan.dp, _policy(plan))
+        if key not in self._most_states:
+            try:
+                lay = train_layout(self.model, self.batch, self.context, plan, self.prec, self.fused)
+            except InputError as e:
+                if e.param != "--sp":
+                    raise
+                return True
+            if cut not in self._members:
+                self._members[cut] = members(self.model, lay.shards)
+            z = zero_of(replace(lay.plan, **dict(zip(SHARDING_FIELDS, _policy(plan), strict=True))))
+            self._most_states[key] = max(
+                sum(state_bytes(self.model, lay.prec, shard, z)) for shard, *_ in self._members[cut]
+            )
+        return self._most_states[key] <= capacity_bytes
 
     def judge(self, options: Sequence[Any], capacity_bytes: float | None) -> list[tuple[Any, ...]]:
         """Each option's verdict, in order, as :func:`attnroof.model.search._judge` gives it:

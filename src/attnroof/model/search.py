@@ -88,6 +88,7 @@ NOT_LAYERS = "PP exceeds the layers"
 NOT_BATCH = "DP does not divide the batch"
 NOT_SEQUENCE = "the micro-batch's tokens do not split over TP (sequence parallelism)"
 NOT_FIT = "does not fit in memory"
+NOT_STATES = "its weights, gradients and optimizer state alone do not fit in memory"
 NOT_SCHEDULE = "the pipeline schedule's rules (micro-batches, layer chunks) do not hold"
 NOT_CP = (
     "CP cannot run this step (decode; windowed, latent, chunked, sparse, linear or state-space attention)"
@@ -302,10 +303,14 @@ def options(
     *,
     context: int = 1,
     exact: bool = False,
+    states_fit: Callable[[Plan], bool] | None = None,
 ) -> Iterator[Option]:
     """Every candidate on n devices, n dividing ``devices`` (only ``devices`` itself when
     ``exact``), as the module's table says, within ``choices``; the splits that cannot be run
-    are counted in ``rejected``."""
+    are counted in ``rejected``. With ``states_fit`` (whether a plan's weights, gradients and
+    optimizer state alone fit its busiest device, which no micro-batch count, schedule or
+    recomputation changes), a sharding policy whose states do not is never enumerated further:
+    its plans are counted under :data:`NOT_STATES`, before ``--where``."""
     train = phase == TRAIN
     c = choices
     for n in [devices] if exact else divisors(devices):
@@ -327,30 +332,52 @@ def options(
                         continue
                     for etp, ep in _expert_splits(model, tp, dp * cp, rejected):
                         f = min(c.expert_imbalance, ep) if ep > 1 else 1.0
-                        for m in divisors(batch // dp) if phase != "decode" or pp > 1 else [1]:
-                            for name, v in _pipelines(model, pp, m, train, c.schedules, rejected):
-                                for zero in (c.zeros or ZERO_STAGES) if train and dp * cp > 1 else (0,):
-                                    plan = Plan(
-                                        tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=m, overlap=c.overlap,
-                                        zero=zero, cp=cp, schedule=name, virtual_stages=v, etp=etp,
-                                        expert_imbalance=f,
-                                    )  # fmt: skip
-                                    for policy in _policies(plan, c, rejected):
-                                        for r in (c.recomputes or RECOMPUTES) if train else (NONE,):
-                                            yield Option(policy, r)
+                        ms = divisors(batch // dp) if phase != "decode" or pp > 1 else [1]
+                        pipes = [
+                            (m, list(_pipelines(model, pp, m, train, c.schedules, rejected))) for m in ms
+                        ]
+                        pipes = [(m, pipe) for m, pipe in pipes if pipe]
+                        under = sum(len(pipe) for _, pipe in pipes)  # plans under each policy, per recompute
+                        if not under:
+                            continue
+                        rs = (c.recomputes or RECOMPUTES) if train else (NONE,)
+                        chunked = {v: (m, name) for m, pipe in reversed(pipes) for name, v in reversed(pipe)}
+                        for zero in (c.zeros or ZERO_STAGES) if train and dp * cp > 1 else (0,):
+                            base = Plan(
+                                tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=pipes[0][0], overlap=c.overlap,
+                                zero=zero, cp=cp, schedule=pipes[0][1][0][0], virtual_stages=pipes[0][1][0][1],
+                                etp=etp, expert_imbalance=f,
+                            )  # fmt: skip
+                            for policy in _policies(base, c, rejected, under):
+                                if states_fit is not None and not any(
+                                    states_fit(
+                                        replace(policy, microbatches=m, schedule=name, virtual_stages=v)
+                                    )
+                                    for v, (m, name) in chunked.items()
+                                ):  # no chunk count's states fit: none of its plans can
+                                    rejected[NOT_STATES] += under * len(rs)
+                                    continue
+                                for m, pipe in pipes:
+                                    for name, v in pipe:
+                                        plan = replace(
+                                            policy, microbatches=m, schedule=name, virtual_stages=v
+                                        )
+                                        for r in rs:
+                                            yield Option(plan, r)
 
 
-def _policies(plan: Plan, c: Choices, rejected: Counter[str]) -> Iterator[Plan]:
+def _policies(plan: Plan, c: Choices, rejected: Counter[str], under: int = 1) -> Iterator[Plan]:
     """The plan under each sharding policy of ``c`` its ZeRO stage takes: each weight gather
     (ZeRO 3), each gradient reduction (ZeRO 2 and 3), each hybrid shard degree that divides DP
-    and whose copies divide the experts' replicas (ZeRO 1 and up)."""
+    and whose copies divide the experts' replicas (ZeRO 1 and up). None: ``under`` rejections
+    counted (the micro-batch counts and schedules the plan stands for)."""
     z = plan.zero
     shards: Sequence[int] = (0,)
     if c.dp_shards is not None and z:
         shards = [0 if s == plan.dp else s for s in c.dp_shards if plan.dp % s == 0]
         shards = [s for s in dict.fromkeys(shards) if plan.edp % (plan.dp // (s or plan.dp)) == 0]
         if not shards:
-            rejected[NOT_SHARD] += 1
+            rejected[NOT_SHARD] += under
             return
     for s in shards:
         for gather in c.gathers if z == 3 else (EVERY_PASS,):
@@ -451,14 +478,21 @@ def pareto(rows: Sequence[Row]) -> list[Row]:
     """The rows no other row beats on step time, memory per device and devices used at once,
     fastest first: in order of (time, memory, devices), a row stays unless an earlier one needs
     no more memory and no more devices (on arrays: for each device count, the least memory of
-    the earlier rows on at most that many devices).
+    the earlier rows on at most that many devices). Rows equal on all three are ordered by their
+    estimate, then by their fields (:meth:`Option.fields`), so that the one kept is the same
+    whatever order the search found them in.
 
     >>> from types import SimpleNamespace as N
-    >>> r = lambda t, mem, d: N(time_s=t, memory_bytes=mem, option=N(plan=N(devices=d)))
+    >>> r = lambda t, mem, d: N(time_s=t, estimate_time_s=t, memory_bytes=mem, option=N(plan=N(devices=d), fields=dict))
     >>> [(x.time_s, x.memory_bytes) for x in pareto([r(1, 9, 8), r(2, 5, 8), r(2, 9, 8), r(3, 5, 4)])]
     [(1, 9), (2, 5), (3, 5)]
     """
-    ordered = sorted(rows, key=lambda r: (r.time_s, r.memory_bytes, r.option.plan.devices))
+    ordered = sorted(
+        rows,
+        key=lambda r: (
+            r.time_s, r.memory_bytes, r.option.plan.devices, r.estimate_time_s, tuple(r.option.fields().items())
+        ),
+    )  # fmt: skip
     if not ordered:
         return []
     memory = np.array([r.memory_bytes for r in ordered], dtype=float)
@@ -486,6 +520,7 @@ def search(
     exact: bool = False,
     memory: Callable[[Option, float], float] | None = None,
     judge: Callable[[Sequence[Option]], list[tuple[Any, ...]]] | None = None,
+    states_fit: Callable[[Plan], bool] | None = None,
 ) -> Search:
     """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
     so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
@@ -493,7 +528,8 @@ def search(
     bytes, as ``cost`` would report them), a plan that cannot fit is rejected before it is
     costed. With ``judge`` (many options' verdicts at once, as :func:`_judge` gives them one by
     one: :class:`attnroof.model.plan_table.PlanTable`, training plans on arrays), the plans are
-    judged by it; ``cost`` then works out only the plans shown."""
+    judged by it; ``cost`` then works out only the plans shown. ``states_fit``: see
+    :func:`options` (the plans it rules out are never tried)."""
     if devices > MAX_DEVICES:
         raise InputError(
             f"--devices {devices:,}: more than {MAX_DEVICES:,}, beyond any cluster built", param="--devices"
@@ -501,7 +537,18 @@ def search(
     out = Search()
     chosen = []
     most = MAX_PLANS if judge is not None else MAX_PLANS_ONE_BY_ONE
-    for o in options(model, phase, batch, devices, out.rejected, choices, context=context, exact=exact):
+    every = options(
+        model,
+        phase,
+        batch,
+        devices,
+        out.rejected,
+        choices,
+        context=context,
+        exact=exact,
+        states_fit=states_fit,
+    )
+    for o in every:
         if not all(w(o) for w in where):
             out.rejected[FILTERED] += 1
             continue
