@@ -35,6 +35,7 @@ bf16 = 989e12
 PUBLISHED = {
     "llama-3.1-8b": 8.03e9,
     "llama-3.1-70b": 70.6e9,
+    "llama-3.1-405b": 405.9e9,  # the Hub's safetensors count, 406B; Meta says 405B
     "mistral-7b": 7.24e9,
     "qwen2.5-7b": 7.62e9,
     "gpt2": 124.4e6,

@@ -90,6 +90,7 @@ ROTATED = {
     # model: (q heads, k heads, dims turned, layers) of each rotary row; none for NoPE models
     "llama-3.1-8b": [(32, 8, 128, 32)],
     "llama-3.1-70b": [(64, 8, 128, 80)],
+    "llama-3.1-405b": [(128, 8, 128, 126)],
     "mistral-7b": [(32, 8, 128, 32)],
     "mixtral-8x7b": [(32, 8, 128, 32)],
     "qwen2.5-7b": [(28, 4, 128, 28)],

@@ -224,7 +224,7 @@ def test_no_import_loops_between_packages():
 
 PACKAGE_RANKS = [
     {"errors", "units", "jsonable", "escaping"},
-    {"dtypes", "validate", "outfile", "limits"},
+    {"dtypes", "validate", "outfile", "limits", "progress"},
     {"formats"},
     {"cost", "arrays", "devices"},
     {"ops"},

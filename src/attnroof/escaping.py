@@ -65,6 +65,12 @@ class EscapingStream:
         return getattr(self.inner, name)
 
 
+def unescaped(stream: TextIO) -> TextIO:
+    """The stream under the escaping, for output whose control characters are the program's own
+    and nobody else's (:mod:`attnroof.progress`'s carriage returns, around its own words)."""
+    return stream.inner if isinstance(stream, EscapingStream) else stream
+
+
 @contextlib.contextmanager
 def escaped_streams() -> Iterator[None]:
     """``sys.stdout`` and ``sys.stderr`` escaped (:class:`EscapingStream`) until the block ends;

@@ -106,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     from attnroof.model.spread import Spread, spread
     from attnroof.model.train_spread import step_totals, train_plan_memory, train_spread
     from attnroof.model.training_memory import TrainPrecision
+    from attnroof.progress import Progress
 
     batch = batch_of(args)
     where = [parse_where(w) for w in args.where]
@@ -163,22 +164,24 @@ def _run(args: argparse.Namespace) -> int:
         def states_fit(plan: Plan) -> bool:
             return table.states_fit(plan, dev.capacity_bytes)
 
-    found = search(
-        model,
-        args.phase,
-        batch,
-        args.devices,
-        cost,
-        totals,
-        dev.capacity_bytes,
-        where,
-        Choices(expert_imbalance=args.expert_imbalance, **sharding_choices(args, many=True)),
-        context=args.context,
-        memory=memory if train else None,
-        judge=judge,
-        states_fit=states_fit,
-    )
-    ranked = _by_forecast(args, dev, dt, roof, links, found, cost, model, batch)
+    with Progress(enabled=not args.json) as progress:  # a bar on a terminal, for a long search
+        found = search(
+            model,
+            args.phase,
+            batch,
+            args.devices,
+            cost,
+            totals,
+            dev.capacity_bytes,
+            where,
+            Choices(expert_imbalance=args.expert_imbalance, **sharding_choices(args, many=True)),
+            context=args.context,
+            memory=memory if train else None,
+            judge=judge,
+            states_fit=states_fit,
+            progress=progress,
+        )
+        ranked = _by_forecast(args, dev, dt, roof, links, found, cost, model, batch, progress)
     if args.json:
         emit_json(
             {
@@ -263,6 +266,7 @@ def _by_forecast(
     cost: Any,
     model: Any,
     batch: int,
+    progress: Any = None,
 ) -> _Ranked | None:
     """The plans ranked by forecast (:func:`attnroof.model.forecast.rank`), or ``None`` without
     a profile or a plan."""
@@ -287,7 +291,7 @@ def _by_forecast(
             r.option.plan.devices * f * roof.peak_flops_per_s
         )
 
-    ranking = rank(found.rows, forecast_of, found.front)
+    ranking = rank(found.rows, forecast_of, found.front, progress=progress)
     return _Ranked(on.profile, ranking, pareto_by_forecast(ranking.rows), mfu)
 
 

@@ -99,13 +99,18 @@ class Ranking:
 
 
 def rank(
-    rows: Sequence[Any], forecast_of: Callable[[Any], float], front: Sequence[Any] = (), most: int = RANKED
+    rows: Sequence[Any],
+    forecast_of: Callable[[Any], float],
+    front: Sequence[Any] = (),
+    most: int = RANKED,
+    progress: Callable[[str, int, int | None], None] | None = None,
 ) -> Ranking:
     """The plans of a search (each with its bound ``time_s``) ranked by forecast. A forecast is
     never below its bound, so going through the plans by bound, fastest first, a plan whose bound
     is above the best forecast so far cannot win and neither can any after it: the search stops
     there (``settled``), or after ``most`` forecasts. The bound's Pareto front is forecast too, so
-    the front by forecast is drawn from both."""
+    the front by forecast is drawn from both; ``progress(stage, done, total)`` hears each."""
+    tell = progress or (lambda stage, done, total: None)
     done: dict[int, tuple[Any, float]] = {}
     best, settled = float("inf"), False
     for r in sorted(rows, key=lambda r: (r.time_s, r.estimate_time_s, r.memory_bytes)):
@@ -117,11 +122,13 @@ def rank(
         f = forecast_of(r)
         done[id(r)] = (r, f)
         best = min(best, f)
+        tell("forecasting plans", len(done), None)
     else:
         settled = True
     for r in front:
         if id(r) not in done:
             done[id(r)] = (r, forecast_of(r))
+            tell("forecasting plans", len(done), None)
     out = sorted(done.values(), key=lambda rf: (rf[1], rf[0].time_s, rf[0].memory_bytes))
     return Ranking(out, settled, len(done))
 

@@ -46,9 +46,10 @@ import multiprocessing
 import operator
 import os
 import re
+import signal
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -521,6 +522,7 @@ def search(
     memory: Callable[[Option, float], float] | None = None,
     judge: Callable[[Sequence[Option]], list[tuple[Any, ...]]] | None = None,
     states_fit: Callable[[Plan], bool] | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
 ) -> Search:
     """Cost every candidate (``cost``: an option's :class:`Spread`, memory without its capacity
     so that no largest batch is searched per plan; ``totals``: its totals), keep those that fit
@@ -548,7 +550,10 @@ def search(
         exact=exact,
         states_fit=states_fit,
     )
-    for o in every:
+    tell = progress or (lambda stage, done, total: None)
+    for i, o in enumerate(every):
+        if i % PROGRESS_EVERY == 0:
+            tell("enumerating plans", i, None)
         if not all(w(o) for w in where):
             out.rejected[FILTERED] += 1
             continue
@@ -560,7 +565,7 @@ def search(
             )
     out.tried = len(chosen)
     job = _Job(cost, memory, capacity_bytes, judge)
-    for o, (what, *figures) in zip(chosen, _judged(job, chosen), strict=True):
+    for o, (what, *figures) in zip(chosen, _judged(job, chosen, tell), strict=True):
         if what == NOT_SEQUENCE:
             out.rejected[NOT_SEQUENCE] += 1
             continue
@@ -588,6 +593,8 @@ class _Job:
     """Many options' verdicts at once (None: each by :func:`_judge`)."""
 
 
+PROGRESS_EVERY = 4096
+"""Candidates enumerated between two reports to ``progress``."""
 PARALLEL_FROM = 2_000
 """Plans from which a search spreads over the machine's cores (forked processes, each with the
 caches built so far); fewer are not worth a process's start."""
@@ -663,36 +670,62 @@ def search_workers() -> int:
     return int(raw)
 
 
-def _judged(job: _Job, chosen: Sequence[Option]) -> list[tuple[Any, ...]]:
+def _judged(
+    job: _Job, chosen: Sequence[Option], tell: Callable[[str, int, int | None], None]
+) -> list[tuple[Any, ...]]:
     """Every plan's verdict, in order: here, or over the cores in forked processes when there
-    are many (:func:`_shares`)."""
+    are many (:func:`_shares`, each share handed out as a process comes free, so that ``tell``
+    hears each as it is done). A process ignores ^C: the search's own process stops the rest and
+    leaves nothing half done (nothing is written before the search ends)."""
     workers = search_workers()
-    if len(chosen) < PARALLEL_FROM or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    n = len(chosen)
+    if n < PARALLEL_FROM or workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        tell("judging plans", 0, n)
         return _judge_all(job, chosen)
     global _JOB
     _JOB = (job, chosen)
     shares = _shares(job, chosen, workers)
+    done: list[list[tuple[Any, ...]]] = [[] for _ in shares]
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_quiet)
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            done = list(pool.map(_judge_block, shares))
+        futures = {pool.submit(_judge_block, share): i for i, share in enumerate(shares)}
+        finished = 0
+        tell("judging plans", 0, n)
+        for f in as_completed(futures):
+            done[futures[f]] = f.result()
+            finished += len(shares[futures[f]])
+            tell("judging plans", finished, n)
+    except BaseException:  # ^C: the processes stopped now, not after their shares
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # no public way to stop them
+        for process in processes:
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
     finally:
         _JOB = None
+    pool.shutdown()
     failed = [(share, v[0]) for share, v in zip(shares, done, strict=True) if v and v[0][0] == "error"]
     if failed:  # the error one process would meet first: its plans judged again here, in order
         _judge_all(job, [chosen[i] for i in sorted(i for share, _ in failed for i in share)])
         raise InputError(failed[0][1][1], param=failed[0][1][2])
-    out: list[tuple[Any, ...]] = [()] * len(chosen)
+    out: list[tuple[Any, ...]] = [()] * n
     for share, verdicts in zip(shares, done, strict=True):
         for i, v in zip(share, verdicts, strict=True):
             out[i] = v
     return out
 
 
+def _quiet() -> None:
+    """A judging process leaves ^C to the search's own (which stops it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _shares(job: _Job, chosen: Sequence[Option], workers: int) -> list[list[int]]:
-    """The options each process judges, by index: contiguous blocks, so that a process meets
-    the same shards again; or, judged on arrays, one share a process, holding together the plans
-    of one TP and CP degree (they share their shards, kernels, collectives and layouts, which a
-    process builds once), the largest groups first to the least loaded share."""
+    """The shares the processes judge, by index, handed out in this order as each process comes
+    free: contiguous blocks, so that a process meets the same shards again; or, judged on arrays,
+    the plans of one TP and CP degree together (they share their shards, kernels, collectives and
+    layouts, which a process builds once), the largest first (each next share to the first
+    process free balances the load as well as a fixed split into one share a process did)."""
     n = len(chosen)
     if job.judge is None:
         size = -(-n // (4 * workers))
@@ -700,10 +733,7 @@ def _shares(job: _Job, chosen: Sequence[Option], workers: int) -> list[list[int]
     groups: dict[tuple[int, int], list[int]] = {}
     for i, o in enumerate(chosen):
         groups.setdefault((o.plan.tp, o.plan.cp), []).append(i)
-    shares: list[list[int]] = [[] for _ in range(workers)]
-    for group in sorted(groups.values(), key=len, reverse=True):
-        min(shares, key=len).extend(group)
-    return [sorted(share) for share in shares if share]
+    return sorted(groups.values(), key=len, reverse=True)
 
 
 MAX_FIT_DEVICES = 4096
