@@ -244,3 +244,26 @@ def test_a_context_past_the_models_limit_is_said_in_the_header():
     assert run_cli(*argv, "--context", "16384", "--json").json()["context_beyond_model_limit"] is True
     within = run_cli(*argv, "--context", "8192")
     assert "warning" not in within.stdout
+
+
+def test_a_plan_leaves_a_tenth_of_memory_free_unless_told():
+    """By default a plan fits in 90% of the H100's 85,899,345,920 B (77,309,411,328 B): a plan that
+    fits in all of it (--memory-headroom 0) but needs more than 90% is not among the default
+    search's plans, and every plan the default keeps holds at most 77.3 GB."""
+    argv = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--devices", "8", "--phase", "train",
+            "--global-batch", "1M", "--context", "8192", "--profile", "none", "--json")  # fmt: skip
+    default = run_cli(*argv).json()
+    whole = run_cli(*argv, "--memory-headroom", "0").json()
+    assert default["memory_headroom"] == 0.1 and default["usable_memory_bytes"] == 0.9 * 85_899_345_920
+    assert whole["usable_memory_bytes"] == 85_899_345_920
+    assert max(p["memory_per_device_bytes"] for p in default["plans"]) <= 77_309_411_328
+    tight = [p for p in whole["plans"] if p["memory_per_device_bytes"] > 77_309_411_328]
+    assert tight and len(default["plans"]) == len(whole["plans"]) - len(tight)
+    text = run_cli(*argv[:-1], "--memory-headroom", "5%").stdout
+    assert "a plan fits in 81.6 GB a device: 95% of its 85.9 GB, 5% left" in text
+
+
+@pytest.mark.parametrize("bad", ["1", "-0.1", "100%", "ten", "nan"])
+def test_a_headroom_outside_zero_to_one_is_one_line(bad):
+    argv = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--devices", "8", "--context", "8192")
+    assert_one_line_error(run_cli(*argv, "--memory-headroom", bad), "--memory-headroom")

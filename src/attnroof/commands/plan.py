@@ -24,6 +24,11 @@ from attnroof.model import get_model
 from attnroof.model.train_options import TRAIN
 
 DEFAULT_TOP = 10
+MEMORY_HEADROOM = 0.10
+"""The share of each device's memory a plan leaves free by default: what a run needs beyond its
+weights, gradients, optimizer state and activations — CUDA's context, NCCL's buffers and the
+caching allocator's fragmentation, none of which attnroof counts. A tenth, the share vLLM leaves
+by default (``gpu_memory_utilization`` 0.9); without it the fastest plan held 98.8% of an H100."""
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -65,6 +70,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
         metavar="COND",
         help="keep plans where COND holds, e.g. tp<=8, pp=1, zero>=1, recompute!=full (repeatable)",
     )
+    p.add_argument(
+        "--memory-headroom", type=_headroom, default=MEMORY_HEADROOM, metavar="F",
+        help=f"share of each device's memory a plan leaves free (default {MEMORY_HEADROOM:.0%}: CUDA's context, "
+        "NCCL's buffers, the allocator's fragmentation; 0 uses it all)",
+    )  # fmt: skip
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     p.add_argument(
         "--expert-imbalance", type=float, default=1.0, metavar="F",
@@ -81,6 +91,18 @@ def _setup(p: argparse.ArgumentParser) -> None:
 
     add_profile_args(p)
     add_json_arg(p)
+
+
+def _headroom(text: str) -> float:
+    """A share of memory left free: 0 ≤ F < 1, a fraction (0.1) or a percentage (10%)."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share (0.1 or 10%)") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 0 and below 1 (100%)")
+    return value
 
 
 def batch_of(args: argparse.Namespace) -> int:
@@ -151,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     given = [f"--{f.replace('_', '-')}" for f in SHARDING_FLAGS if getattr(args, f) is not None]
     require(train or not given, f"{', '.join(given)} applies to --phase train only")
+    usable = None if dev.capacity_bytes is None else dev.capacity_bytes * (1 - args.memory_headroom)
     judge = states_fit = None
     if train:
         from attnroof.model.plan_table import PlanTable
@@ -159,10 +182,10 @@ def _run(args: argparse.Namespace) -> int:
         table = PlanTable(model, batch, args.context, roof, links, prec, fused=fused)
 
         def judge(options: list[Option]) -> list[tuple[Any, ...]]:
-            return table.judge(options, dev.capacity_bytes)
+            return table.judge(options, usable)
 
         def states_fit(plan: Plan) -> bool:
-            return table.states_fit(plan, dev.capacity_bytes)
+            return table.states_fit(plan, usable)
 
     with Progress(enabled=not args.json) as progress:  # a bar on a terminal, for a long search
         found = search(
@@ -172,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
             args.devices,
             cost,
             totals,
-            dev.capacity_bytes,
+            usable,
             where,
             Choices(expert_imbalance=args.expert_imbalance, **sharding_choices(args, many=True)),
             context=args.context,
@@ -193,6 +216,8 @@ def _run(args: argparse.Namespace) -> int:
                 "context_beyond_model_limit": bool(past_positions(model, [args.context])),
                 "batch": batch,
                 "devices": args.devices,
+                "memory_headroom": args.memory_headroom,
+                "usable_memory_bytes": usable,
                 "considered": found.tried + sum(found.refused.values()),
                 "refused": dict(found.refused),
                 "tried": found.tried,
@@ -221,6 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         *past_positions_lines(model, [args.context]),
         f"{what}; on up to {args.devices:,} devices",
         links_line(links),
+        *([] if usable is None else [_headroom_line(dev.capacity_bytes, usable, args.memory_headroom)]),
     ]
     print(search_text(head, found, args.top, train, args.phase == "decode"))
     if ranked is not None:
@@ -228,6 +254,15 @@ def _run(args: argparse.Namespace) -> int:
 
         print("\n" + forecast_text(ranked, args.top, train))
     return 0
+
+
+def _headroom_line(capacity: float, usable: float, headroom: float) -> str:
+    from attnroof.text.render import nbytes
+
+    return (
+        f"a plan fits in {nbytes(usable)} a device: {1 - headroom:.0%} of its {nbytes(capacity)}, "
+        f"{headroom:.0%} left for what attnroof does not count (--memory-headroom)"
+    )
 
 
 @dataclass(frozen=True)
