@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from attnroof.commands import MODULE_OF_COMMAND
 from conftest import SRC, assert_one_line_error, run_cli, run_cli_process
 
 
@@ -312,3 +313,11 @@ def test_the_console_script_runs_main():
         )  # fmt: skip
         assert r.returncode == code, r.stderr
         assert needle in (r.stdout if code == 0 else r.stderr)
+
+
+@pytest.mark.parametrize("name", sorted(MODULE_OF_COMMAND))
+def test_every_command_prints_its_help(name):
+    """argparse formats each help with %: a bare % in a flag's help (a default of "10%") would
+    crash ``--help`` alone, and no other use of the command shows it."""
+    r = run_cli(name, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: attnroof " + name), r.stderr

@@ -72,8 +72,8 @@ def _setup(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--memory-headroom", type=_headroom, default=MEMORY_HEADROOM, metavar="F",
-        help=f"share of each device's memory a plan leaves free (default {MEMORY_HEADROOM:.0%}: CUDA's context, "
-        "NCCL's buffers, the allocator's fragmentation; 0 uses it all)",
+        help=f"share of each device's memory a plan leaves free (default {MEMORY_HEADROOM * 100:.0f}%%: CUDA's "
+        "context, NCCL's buffers, the allocator's fragmentation; 0 uses it all)",
     )  # fmt: skip
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     p.add_argument(
