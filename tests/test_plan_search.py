@@ -267,3 +267,37 @@ def test_a_plan_leaves_a_tenth_of_memory_free_unless_told():
 def test_a_headroom_outside_zero_to_one_is_one_line(bad):
     argv = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--devices", "8", "--context", "8192")
     assert_one_line_error(run_cli(*argv, "--memory-headroom", bad), "--memory-headroom")
+
+
+def test_nemo_s_five_chunks_a_device_are_inside_the_search_when_asked():
+    """NeMo 2's Llama 3 70B pretraining recipe (nemo/collections/llm/recipes/llama3_70b.py): TP 4,
+    PP 4, five virtual stages, CP 2, sequence parallel, 512 sequences of 8192 in micro-batches of
+    one. On 64 H100s that is DP 2 and 256 micro-batches a replica. Five chunks of 80 layers over 4
+    stages (4 layers a chunk) is not among the default 2 and 4; `--virtual-stages all` tries every
+    count the layers allow (2, 4, 5, 10, 20 at PP 4), the recipe's plan among them, and the
+    search's best bound is at least as good as the recipe's."""
+    argv = (
+        "plan", *L70, "--devices", "64", "--phase", "train", "--global-batch", "4M", "--context", "8192",
+        "--where", "tp=4", "--where", "pp=4", "--where", "cp=2", "--profile", "none", "--json",
+    )  # fmt: skip
+
+    def nemo(plans):
+        return [
+            p for p in plans
+            if p["parallel"]["virtual_stages"] == 5 and p["parallel"]["microbatches"] == 256
+            and p["parallel"]["dp"] == 2 and p["parallel"]["schedule"] == "interleaved"
+        ]  # fmt: skip
+
+    default = run_cli(*argv).json()
+    every = run_cli(*argv, "--virtual-stages", "all").json()
+    assert not nemo(default["plans"]) and nemo(every["plans"])
+    assert {p["parallel"]["virtual_stages"] for p in every["plans"]} == {1, 2, 4, 5, 10, 20}
+    assert every["front"][0]["time_s"] <= min(p["time_s"] for p in nemo(every["plans"]))
+    five = run_cli(*argv, "--virtual-stages", "5").json()
+    assert {p["parallel"]["virtual_stages"] for p in five["plans"]} == {1, 5}
+
+
+@pytest.mark.parametrize("bad", ["1", "0", "2,x", "", "every"])
+def test_chunk_counts_are_two_or_more_or_all(bad):
+    argv = ("plan", *L70, "--devices", "8", "--context", "8192", "--virtual-stages", bad)
+    assert_one_line_error(run_cli(*argv), "--virtual-stages")

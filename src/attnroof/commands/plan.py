@@ -75,6 +75,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help=f"share of each device's memory a plan leaves free (default {MEMORY_HEADROOM * 100:.0f}%%: CUDA's "
         "context, NCCL's buffers, the allocator's fragmentation; 0 uses it all)",
     )  # fmt: skip
+    p.add_argument(
+        "--virtual-stages", type=_chunk_counts, default="2,4", metavar="LIST|all",
+        help="model chunks a device an interleaved plan is tried with (default 2,4; all: every count the "
+        "layers allow, some 1.7 times the plans)",
+    )  # fmt: skip
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     p.add_argument(
         "--expert-imbalance", type=float, default=1.0, metavar="F",
@@ -103,6 +108,18 @@ def _headroom(text: str) -> float:
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 0 and below 1 (100%)")
     return value
+
+
+def _chunk_counts(text: str) -> tuple[int, ...] | str:
+    """``2,4``, ``5,12`` or ``all`` (:data:`attnroof.model.search.EVERY_COUNT`)."""
+    from attnroof.model.search import EVERY_COUNT
+
+    if text.strip() == EVERY_COUNT:
+        return EVERY_COUNT
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words or not all(w.isdigit() and 2 <= int(w) <= 1024 for w in words):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected chunk counts from 2 (2,4) or all")
+    return tuple(dict.fromkeys(int(w) for w in words))
 
 
 def batch_of(args: argparse.Namespace) -> int:
@@ -197,7 +214,11 @@ def _run(args: argparse.Namespace) -> int:
             totals,
             usable,
             where,
-            Choices(expert_imbalance=args.expert_imbalance, **sharding_choices(args, many=True)),
+            Choices(
+                expert_imbalance=args.expert_imbalance,
+                virtual_stages=args.virtual_stages,
+                **sharding_choices(args, many=True),
+            ),
             context=args.context,
             memory=memory if train else None,
             judge=judge,

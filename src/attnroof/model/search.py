@@ -14,7 +14,8 @@ For a device count n dividing N, the search takes every split n = TP × CP × PP
          runs use), TP × DP × CP; a plan with EP > 1 carries ``--expert-imbalance`` F (at most
          its EP: the busiest device takes at most every token)
     M    micro-batches per replica: every divisor of the replica's batch (prefill and training)
-    the pipeline's schedule: 1F1B; interleaved with 2 or 4 chunks a device; ZB-H1 (training),
+    the pipeline's schedule: 1F1B; interleaved with 2 or 4 chunks a device (or each count the
+         layers allow, ``virtual_stages="all"``); ZB-H1 (training),
          each where Megatron's rules allow it (:mod:`attnroof.model.schedules`)
     ZeRO 0, 1, 2, 3 when DP × CP > 1 (training), under the sharding policies the user names
          (:mod:`attnroof.model.sharding`: when ZeRO 3 gathers the weights and ZeRO 2 and 3
@@ -41,6 +42,7 @@ and checked once.
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import operator
@@ -219,6 +221,13 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
+VIRTUAL_STAGES = (2, 4)
+"""The chunk counts a search tries by default: 2 and 4, the counts most runs use; every count
+the layers allow is some 1.7 times the plans (NeMo's 5, 6, 12 and 20 and MegaScale's 12 among
+them), asked for with :data:`EVERY_COUNT`."""
+EVERY_COUNT = "all"
+
+
 @dataclass(frozen=True, slots=True)
 class Choices:
     """What a search varies beyond the degrees, and what it holds as the user gave it: the TP
@@ -240,24 +249,42 @@ class Choices:
     """When ZeRO 2 and 3 plans reduce the gradients, each tried."""
     dp_shards: tuple[int, ...] | None = None
     """Hybrid sharding's shard degrees, each that divides a plan's DP tried (None: fully sharded)."""
+    virtual_stages: tuple[int, ...] | str = VIRTUAL_STAGES
+    """The model chunks per device an interleaved schedule is tried with, or :data:`EVERY_COUNT`:
+    each count the layers allow (:func:`every_chunk_count`)."""
 
 
-VIRTUAL_STAGES = (2, 4)
-"""The model chunks per device an interleaved schedule is tried with."""
+@functools.lru_cache(maxsize=4096)
+def every_chunk_count(layers: int, pp: int) -> tuple[int, ...]:
+    """Every count of model chunks a device of ``pp`` stages can hold under the interleaved
+    schedule: each v ≥ 2 by which the layers cut into pp × v equal chunks or, counting the
+    embedding and the loss as a layer each as Megatron-LM can, layers + 2 into chunks of at least
+    two (:func:`attnroof.model.schedules.chunks`).
+
+    >>> every_chunk_count(80, 2), every_chunk_count(126, 16)
+    ((2, 4, 5, 8, 10, 20, 40), (2, 4))
+    """
+    out = []
+    for v in range(2, layers // pp + 2):
+        n = pp * v
+        if layers % n == 0 or ((layers + 2) % n == 0 and (layers + 2) // n >= 2):
+            out.append(v)
+    return tuple(out)
 
 
 def _pipelines(
-    model: ModelConfig, pp: int, m: int, train: bool, allowed: tuple[str, ...] | None, rejected: Counter[str]
+    model: ModelConfig, pp: int, m: int, train: bool, c: Choices, rejected: Counter[str]
 ) -> Iterator[tuple[str, int]]:
     """(schedule, virtual stages) a pipeline of ``pp`` stages and ``m`` micro-batches can run:
-    1F1B; interleaved with each of :data:`VIRTUAL_STAGES` that Megatron's rules allow; ZB-H1
+    1F1B; interleaved with each chunk count of ``c`` that Megatron's rules allow; ZB-H1
     when training. One stage has no schedule to choose."""
     if pp == 1:
         yield ONE_F_ONE_B, 1
         return
-    tried = [(ONE_F_ONE_B, 1), *((INTERLEAVED, v) for v in VIRTUAL_STAGES), *([(ZB_H1, 1)] if train else [])]
+    counts = every_chunk_count(model.layers, pp) if c.virtual_stages == EVERY_COUNT else c.virtual_stages
+    tried = [(ONE_F_ONE_B, 1), *((INTERLEAVED, int(v)) for v in counts), *([(ZB_H1, 1)] if train else [])]
     for name, v in tried:
-        if allowed is not None and name not in allowed:
+        if c.schedules is not None and name not in c.schedules:
             continue
         try:
             check_schedule(name, v, pp, m, training=train)
@@ -334,9 +361,7 @@ def options(
                     for etp, ep in _expert_splits(model, tp, dp * cp, rejected):
                         f = min(c.expert_imbalance, ep) if ep > 1 else 1.0
                         ms = divisors(batch // dp) if phase != "decode" or pp > 1 else [1]
-                        pipes = [
-                            (m, list(_pipelines(model, pp, m, train, c.schedules, rejected))) for m in ms
-                        ]
+                        pipes = [(m, list(_pipelines(model, pp, m, train, c, rejected))) for m in ms]
                         pipes = [(m, pipe) for m, pipe in pipes if pipe]
                         under = sum(len(pipe) for _, pipe in pipes)  # plans under each policy, per recompute
                         if not under:
