@@ -301,3 +301,22 @@ def test_nemo_s_five_chunks_a_device_are_inside_the_search_when_asked():
 def test_chunk_counts_are_two_or_more_or_all(bad):
     argv = ("plan", *L70, "--devices", "8", "--context", "8192", "--virtual-stages", bad)
     assert_one_line_error(run_cli(*argv), "--virtual-stages")
+
+
+def test_sequence_parallelism_on_off_or_both():
+    """Llama 3.1 8B on 8 H100s: --sp off searches TP plans without it (as BLOOM and MT-NLG ran),
+    --sp both each TP plan with and without it (1,632 plans more than on alone: every TP > 1 plan
+    once more). Sequence parallelism sends what the all-reduce sends, as a reduce-scatter and an
+    all-gather, and keeps a TP-th of the activations, so no plan without it is on the front."""
+    argv = ("plan", "--model", "llama-3.1-8b", "--device", "h100", "--devices", "8", "--phase", "train",
+            "--global-batch", "1M", "--context", "8192", "--profile", "none", "--json")  # fmt: skip
+    on, off, both = (run_cli(*argv, "--sp", v).json() for v in ("on", "off", "both"))
+
+    def sp(plans):
+        return {p["parallel"]["sequence_parallel"] for p in plans if p["parallel"]["tp"] > 1}
+
+    assert sp(on["plans"]) == {True} and sp(off["plans"]) == {False} and sp(both["plans"]) == {True, False}
+    assert both["considered"] - on["considered"] == 1_632 and both["fit"] == on["fit"] + off["fit"] - sum(
+        p["parallel"]["tp"] == 1 for p in on["plans"]
+    )
+    assert sp(both["front"]) == {True}

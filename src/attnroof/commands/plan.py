@@ -80,6 +80,11 @@ def _setup(p: argparse.ArgumentParser) -> None:
         help="model chunks a device an interleaved plan is tried with (default 2,4; all: every count the "
         "layers allow, some 1.7 times the plans)",
     )  # fmt: skip
+    p.add_argument(
+        "--sp", choices=tuple(SEQUENCE_PARALLEL), default="on",
+        help="sequence parallelism for TP > 1: on (default, as Megatron-LM runs it; off for decode), off, or "
+        "both tried (it never costs more time and holds less, so plans without it are never on the front)",
+    )  # fmt: skip
     p.add_argument("--unfused", action="store_true", help="unfused attention (S and P go through memory)")
     p.add_argument(
         "--expert-imbalance", type=float, default=1.0, metavar="F",
@@ -108,6 +113,10 @@ def _headroom(text: str) -> float:
     if not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 0 and below 1 (100%)")
     return value
+
+
+SEQUENCE_PARALLEL: dict[str, tuple[bool, ...] | None] = {"on": None, "off": (False,), "both": (True, False)}
+"""``--sp``'s words as :class:`attnroof.model.search.Choices`'s ``sps`` (None: on, off for decode)."""
 
 
 def _chunk_counts(text: str) -> tuple[int, ...] | str:
@@ -217,6 +226,7 @@ def _run(args: argparse.Namespace) -> int:
             Choices(
                 expert_imbalance=args.expert_imbalance,
                 virtual_stages=args.virtual_stages,
+                sps=SEQUENCE_PARALLEL[args.sp],
                 **sharding_choices(args, many=True),
             ),
             context=args.context,

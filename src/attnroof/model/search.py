@@ -4,7 +4,8 @@
 For a device count n dividing N, the search takes every split n = TP × CP × PP × DP in which
 
     TP   divides the attention heads, and divides or is divided by the KV heads (latent: any);
-         sequence parallelism on whenever TP > 1 (what Megatron-LM runs; it never costs more here)
+         sequence parallelism on whenever TP > 1 (what Megatron-LM runs; it never costs more here),
+         or off, or both (``sps``)
     CP   1, or (prefill and training, an attention the K/V ring runs) any degree that cuts the
          context into 2·CP equal chunks
     PP   is at most the layers
@@ -241,6 +242,9 @@ class Choices:
     recomputes: tuple[str, ...] | None = None
     schedules: tuple[str, ...] | None = None
     sp: bool | None = None
+    sps: tuple[bool, ...] | None = None
+    """Sequence parallelism's settings tried for TP > 1, each (None: ``sp``'s one): ``(True,
+    False)`` searches plans with it and without, as BLOOM and MT-NLG ran."""
     overlap: bool = True
     expert_imbalance: float = 1.0
     gathers: tuple[str, ...] = (EVERY_PASS,)
@@ -339,7 +343,6 @@ def options(
     optimizer state alone fit its busiest device, which no micro-batch count, schedule or
     recomputation changes), a sharding policy whose states do not is never enumerated further:
     its plans are counted under :data:`NOT_STATES`, before ``--where``."""
-    train = phase == TRAIN
     c = choices
     for n in [devices] if exact else divisors(devices):
         for tp in divisors(n):
@@ -348,48 +351,54 @@ def options(
             if model.heads % tp or (model.latent is None and model.kv_heads % tp and tp % model.kv_heads):
                 rejected[NOT_HEADS] += 1
                 continue
-            sp = tp > 1 and (phase != "decode" if c.sp is None else c.sp)
-            for pp in divisors(n // tp):
-                if pp > model.layers:
-                    rejected[NOT_LAYERS] += 1
+            one = phase != "decode" if c.sp is None else c.sp
+            for sp in (False,) if tp == 1 else (c.sps if c.sps is not None else (one,)):
+                yield from _below_tp(model, phase, batch, n, tp, sp, context, c, rejected, states_fit)
+
+
+def _below_tp(
+    model: ModelConfig, phase: str, batch: int, n: int, tp: int, sp: bool, context: int, c: Choices,
+    rejected: Counter[str], states_fit: Callable[[Plan], bool] | None,
+) -> Iterator[Option]:  # fmt: skip
+    """:func:`options` under one TP degree and sequence-parallel setting."""
+    train = phase == TRAIN
+    for pp in divisors(n // tp):
+        if pp > model.layers:
+            rejected[NOT_LAYERS] += 1
+            continue
+        for cp in _context_splits(model, phase, context, n // (tp * pp), c.cps, rejected):
+            dp = n // (tp * pp * cp)
+            if batch % dp:
+                rejected[NOT_BATCH] += 1
+                continue
+            for etp, ep in _expert_splits(model, tp, dp * cp, rejected):
+                f = min(c.expert_imbalance, ep) if ep > 1 else 1.0
+                ms = divisors(batch // dp) if phase != "decode" or pp > 1 else [1]
+                pipes = [(m, list(_pipelines(model, pp, m, train, c, rejected))) for m in ms]
+                pipes = [(m, pipe) for m, pipe in pipes if pipe]
+                under = sum(len(pipe) for _, pipe in pipes)  # plans under each policy, per recompute
+                if not under:
                     continue
-                for cp in _context_splits(model, phase, context, n // (tp * pp), c.cps, rejected):
-                    dp = n // (tp * pp * cp)
-                    if batch % dp:
-                        rejected[NOT_BATCH] += 1
-                        continue
-                    for etp, ep in _expert_splits(model, tp, dp * cp, rejected):
-                        f = min(c.expert_imbalance, ep) if ep > 1 else 1.0
-                        ms = divisors(batch // dp) if phase != "decode" or pp > 1 else [1]
-                        pipes = [(m, list(_pipelines(model, pp, m, train, c, rejected))) for m in ms]
-                        pipes = [(m, pipe) for m, pipe in pipes if pipe]
-                        under = sum(len(pipe) for _, pipe in pipes)  # plans under each policy, per recompute
-                        if not under:
+                rs = (c.recomputes or RECOMPUTES) if train else (NONE,)
+                chunked = {v: (m, name) for m, pipe in reversed(pipes) for name, v in reversed(pipe)}
+                for zero in (c.zeros or ZERO_STAGES) if train and dp * cp > 1 else (0,):
+                    base = Plan(
+                        tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=pipes[0][0], overlap=c.overlap,
+                        zero=zero, cp=cp, schedule=pipes[0][1][0][0], virtual_stages=pipes[0][1][0][1],
+                        etp=etp, expert_imbalance=f,
+                    )  # fmt: skip
+                    for policy in _policies(base, c, rejected, under):
+                        if states_fit is not None and not any(
+                            states_fit(replace(policy, microbatches=m, schedule=name, virtual_stages=v))
+                            for v, (m, name) in chunked.items()
+                        ):  # no chunk count's states fit: none of its plans can
+                            rejected[NOT_STATES] += under * len(rs)
                             continue
-                        rs = (c.recomputes or RECOMPUTES) if train else (NONE,)
-                        chunked = {v: (m, name) for m, pipe in reversed(pipes) for name, v in reversed(pipe)}
-                        for zero in (c.zeros or ZERO_STAGES) if train and dp * cp > 1 else (0,):
-                            base = Plan(
-                                tp=tp, pp=pp, ep=ep, dp=dp, sp=sp, microbatches=pipes[0][0], overlap=c.overlap,
-                                zero=zero, cp=cp, schedule=pipes[0][1][0][0], virtual_stages=pipes[0][1][0][1],
-                                etp=etp, expert_imbalance=f,
-                            )  # fmt: skip
-                            for policy in _policies(base, c, rejected, under):
-                                if states_fit is not None and not any(
-                                    states_fit(
-                                        replace(policy, microbatches=m, schedule=name, virtual_stages=v)
-                                    )
-                                    for v, (m, name) in chunked.items()
-                                ):  # no chunk count's states fit: none of its plans can
-                                    rejected[NOT_STATES] += under * len(rs)
-                                    continue
-                                for m, pipe in pipes:
-                                    for name, v in pipe:
-                                        plan = replace(
-                                            policy, microbatches=m, schedule=name, virtual_stages=v
-                                        )
-                                        for r in rs:
-                                            yield Option(plan, r)
+                        for m, pipe in pipes:
+                            for name, v in pipe:
+                                plan = replace(policy, microbatches=m, schedule=name, virtual_stages=v)
+                                for r in rs:
+                                    yield Option(plan, r)
 
 
 def _policies(plan: Plan, c: Choices, rejected: Counter[str], under: int = 1) -> Iterator[Plan]:
