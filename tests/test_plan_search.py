@@ -320,3 +320,35 @@ def test_sequence_parallelism_on_off_or_both():
         p["parallel"]["tp"] == 1 for p in on["plans"]
     )
     assert sp(both["front"]) == {True}
+
+
+def test_the_search_is_a_library_the_command_calls():
+    """attnroof.model.planner.search_plans over plain values (no flags) gives what ``attnroof plan``
+    prints: the same front, bound for bound, and with a profile the same ranking by forecast."""
+    from attnroof.devices import get_device
+    from attnroof.model.planner import PlanQuery, search_plans
+    from attnroof.profiles import files
+    from attnroof.profiles.kernels import ForecastRoof
+    from attnroof.roofline import Roof
+
+    h100 = get_device("h100")
+    roof = Roof.of(h100, "bf16")
+    query = PlanQuery(
+        builtin("llama-3.1-8b"), "train", 128, 8192, 8, roof, h100.links, h100.capacity_bytes,
+        forecast=ForecastRoof.over(roof, files.choose(h100.name, h100.vendor, "bf16"), step=True),
+    )  # fmt: skip
+    answer = search_plans(query)
+    cli = run_cli(
+        "plan", "--model", "llama-3.1-8b", "--device", "h100", "--devices", "8", "--phase", "train",
+        "--global-batch", "1M", "--context", "8192", "--json",
+    ).json()  # fmt: skip
+    assert [r.time_s for r in answer.found.front] == [r["time_s"] for r in cli["front"]]
+    assert [f for _, f in answer.front_by_forecast] == [
+        r["forecast_time_s"] for r in cli["front_by_forecast"]
+    ]
+    assert (
+        answer.ranking.best[1] == cli["forecast"]["time_s"]
+        and answer.ranking.looked_at == cli["forecast"]["ranked"]
+    )
+    with pytest.raises(ValueError, match="headroom"):
+        PlanQuery(builtin("gpt2"), "train", 1, 64, 1, roof, h100.links, None, memory_headroom=1.0)

@@ -266,7 +266,8 @@ MODEL_RANKS = [
     {"spread"},  # prefill and decode across devices
     {"train_spread", "plans", "search"},  # training across devices; choosing a plan, searching them all
     {"plan_table"},
-    {"forecast"},  # a plan's forecast (issue 34)  # training plans costed on arrays (a search's)
+    {"forecast"},  # a plan's forecast (issue 34)
+    {"planner"},  # a plan search as a library (issue 35)
     {"model"},  # the package's face (model/__init__.py)
 ]
 """The model package's modules from the bottom up: each imports only modules of lower ranks."""

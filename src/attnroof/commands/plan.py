@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from attnroof.commands._common import (
@@ -21,14 +20,9 @@ from attnroof.commands._common import (
 from attnroof.commands._parallel import add_link_args, links_of
 from attnroof.commands._train import SHARDING_FLAGS, add_sharding_args, sharding_choices
 from attnroof.model import get_model
-from attnroof.model.train_options import TRAIN
+from attnroof.model.train_options import MEMORY_HEADROOM, TRAIN
 
 DEFAULT_TOP = 10
-MEMORY_HEADROOM = 0.10
-"""The share of each device's memory a plan leaves free by default: what a run needs beyond its
-weights, gradients, optimizer state and activations — CUDA's context, NCCL's buffers and the
-caching allocator's fragmentation, none of which attnroof counts. A tenth, the share vLLM leaves
-by default (``gpu_memory_utilization`` 0.9); without it the fastest plan held 98.8% of an H100."""
 
 
 def _setup(p: argparse.ArgumentParser) -> None:
@@ -147,48 +141,19 @@ def batch_of(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from attnroof.model.layers import Precision
+    from attnroof.commands._forecast import forecast_roof
     from attnroof.model.notes import past_positions
-    from attnroof.model.parallel import Plan
-    from attnroof.model.search import Choices, Option, parse_where, search
-    from attnroof.model.spread import Spread, spread
-    from attnroof.model.train_spread import step_totals, train_plan_memory, train_spread
-    from attnroof.model.training_memory import TrainPrecision
+    from attnroof.model.planner import PlanQuery, search_plans
+    from attnroof.model.search import Choices, parse_where
     from attnroof.progress import Progress
 
     batch = batch_of(args)
-    where = [parse_where(w) for w in args.where]
+    where = tuple(parse_where(w) for w in args.where)
     model = get_model(args.model)
     dev, dt, roof = roof_from_args(args)
     links = links_of(args, dev)
     fused = not args.unfused
     train = args.phase == TRAIN
-
-    def cost(o: Option, on: Any = roof, via: Any = links) -> Spread:
-        if train:
-            prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
-            return train_spread(
-                model, batch, args.context, on, via, o.plan, prec, fused=fused, recompute=o.recompute
-            )
-        prec_ = Precision(dt.itemsize, dt.itemsize, dt.itemsize)
-        return spread(model, args.phase, batch, args.context, on, via, o.plan, prec_, fused=fused)
-
-    def memory(o: Option, stop_above: float) -> float:
-        prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
-        return train_plan_memory(
-            model,
-            batch,
-            args.context,
-            o.plan,
-            prec,
-            fused=fused,
-            recompute=o.recompute,
-            stop_above=stop_above,
-        )
-
-    def totals(s: Spread) -> dict[str, Any]:
-        return step_totals(s, model, args.context, roof.peak_flops_per_s)
-
     require(
         args.expert_imbalance >= 1 and math.isfinite(args.expert_imbalance),
         f"--expert-imbalance {args.expert_imbalance} must be ≥ 1 (1: uniform routing)",
@@ -199,43 +164,21 @@ def _run(args: argparse.Namespace) -> int:
     )
     given = [f"--{f.replace('_', '-')}" for f in SHARDING_FLAGS if getattr(args, f) is not None]
     require(train or not given, f"{', '.join(given)} applies to --phase train only")
-    usable = None if dev.capacity_bytes is None else dev.capacity_bytes * (1 - args.memory_headroom)
-    judge = states_fit = None
-    if train:
-        from attnroof.model.plan_table import PlanTable
-
-        prec = TrainPrecision(dt.itemsize, dt.itemsize, dt.itemsize)
-        table = PlanTable(model, batch, args.context, roof, links, prec, fused=fused)
-
-        def judge(options: list[Option]) -> list[tuple[Any, ...]]:
-            return table.judge(options, usable)
-
-        def states_fit(plan: Plan) -> bool:
-            return table.states_fit(plan, usable)
-
+    choices = Choices(
+        expert_imbalance=args.expert_imbalance,
+        virtual_stages=args.virtual_stages,
+        sps=SEQUENCE_PARALLEL[args.sp],
+        **sharding_choices(args, many=True),
+    )
+    query = PlanQuery(
+        model, args.phase, batch, args.context, args.devices, roof, links, dev.capacity_bytes,
+        itemsize=dt.itemsize, fused=fused, choices=choices, where=where, memory_headroom=args.memory_headroom,
+        forecast=forecast_roof(args, dev, dt, roof),
+    )  # fmt: skip
     with Progress(enabled=not args.json) as progress:  # a bar on a terminal, for a long search
-        found = search(
-            model,
-            args.phase,
-            batch,
-            args.devices,
-            cost,
-            totals,
-            usable,
-            where,
-            Choices(
-                expert_imbalance=args.expert_imbalance,
-                virtual_stages=args.virtual_stages,
-                sps=SEQUENCE_PARALLEL[args.sp],
-                **sharding_choices(args, many=True),
-            ),
-            context=args.context,
-            memory=memory if train else None,
-            judge=judge,
-            states_fit=states_fit,
-            progress=progress,
-        )
-        ranked = _by_forecast(args, dev, dt, roof, links, found, cost, model, batch, progress)
+        answer = search_plans(query, progress)
+    found, usable = answer.found, query.usable_bytes
+    ranked = None if answer.ranking is None else _Ranked(answer)
     if args.json:
         emit_json(
             {
@@ -298,12 +241,25 @@ def _headroom_line(capacity: float, usable: float, headroom: float) -> str:
 
 @dataclass(frozen=True)
 class _Ranked:
-    """The search's plans by forecast, with what the JSON and text say of them."""
+    """The search's plans by forecast (:class:`attnroof.model.planner.PlanAnswer`), with what the
+    JSON and text say of them."""
 
-    profile: Any
-    ranking: Any
-    front: list[tuple[Any, float]]
-    mfu: Callable[[Any, float], float | None]
+    answer: Any
+
+    @property
+    def profile(self) -> Any:
+        return self.answer.query.forecast.profile
+
+    @property
+    def ranking(self) -> Any:
+        return self.answer.ranking
+
+    @property
+    def front(self) -> list[tuple[Any, float]]:
+        return self.answer.front_by_forecast
+
+    def mfu(self, r: Any, f: float) -> float | None:
+        return self.answer.mfu(r, f)
 
     def row_json(self, r: Any, f: float) -> dict[str, Any]:
         return {**r.to_json(), "forecast_time_s": f, "forecast_mfu": self.mfu(r, f)}
@@ -320,45 +276,6 @@ class _Ranked:
             },
             "front_by_forecast": [self.row_json(r, f) for r, f in self.front],
         }
-
-
-def _by_forecast(
-    args: argparse.Namespace,
-    dev: Any,
-    dt: Any,
-    roof: Any,
-    links: Any,
-    found: Any,
-    cost: Any,
-    model: Any,
-    batch: int,
-    progress: Any = None,
-) -> _Ranked | None:
-    """The plans ranked by forecast (:func:`attnroof.model.forecast.rank`), or ``None`` without
-    a profile or a plan."""
-    from attnroof.commands._forecast import forecast_roof
-
-    on = forecast_roof(args, dev, dt, roof)
-    if on is None or not found.rows:
-        return None
-    from attnroof.model.forecast import forecast_links, forecast_time, pareto_by_forecast, rank
-    from attnroof.model.training import model_flops
-
-    via = forecast_links(links, on.profile)
-
-    def forecast_of(r: Any) -> float:
-        serial = cost(replace(r.option, plan=replace(r.option.plan, overlap=False)), on, via)
-        return forecast_time(serial, on.profile)
-
-    def mfu(r: Any, f: float) -> float | None:
-        if args.phase != TRAIN:
-            return None
-        return float(model_flops(model, batch, args.context)) / (
-            r.option.plan.devices * f * roof.peak_flops_per_s
-        )
-
-    ranking = rank(found.rows, forecast_of, found.front, progress=progress)
-    return _Ranked(on.profile, ranking, pareto_by_forecast(ranking.rows), mfu)
 
 
 COMMANDS = (Command("plan", _setup, _run),)
