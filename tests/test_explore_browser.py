@@ -7,6 +7,7 @@ view lives in the URL."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import threading
 import time
@@ -166,6 +167,9 @@ def test_model_device_and_batch_change_the_numbers_and_equal_the_command_line(dr
         assert shown["totals.time_s"] != seen[-1]["totals.time_s"], control
         seen.append(shown)
         assert f"{flag}={value}" in driver.find_element("id", "command").text
+    pasted = shlex.split(driver.find_element("id", "command").text)  # the line as a shell reads it
+    assert pasted[:2] == ["attnroof", "model"] and "--device=A100 SXM 80GB" in pasted
+    assert _cli("model", *[w for w in pasted[2:] if w != "--json"]) == page
     # Qwen2.5-7B at batch 32 on an A100: 32 caches of 8192 tokens at 28 layers × 4 KV heads × 128
     # × 2 (K, V) × 2 B = 57,344 B a token → 15,032,385,536 B
     assert page["memory"]["kv_cache_bytes"] == 32 * 8192 * 28 * 4 * 128 * 2 * 2

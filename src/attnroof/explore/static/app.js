@@ -139,12 +139,18 @@ function planParams(s, t) {
   return p;
 }
 
+// A word as a POSIX shell reads it back: as it is when it holds nothing a shell treats specially,
+// else in single quotes (a quote inside closed, escaped and reopened), so that the line pastes.
+function shellWord(word) {
+  return /^[A-Za-z0-9_@%+=:,.\/-]+$/.test(word) ? word : "'" + word.replaceAll("'", "'\\''") + "'";
+}
+
 function commandLine(command, params, t) {
   const words = ["attnroof", command];
   for (const [k, v] of Object.entries(params)) words.push(v === true ? `--${k}` : `--${k}=${v}`);
   if (t.config) words.push("--model=config.json");
   if (t.device_file) words.push("--device=device.toml");
-  return [...words, "--json"].join(" ");
+  return [...words, "--json"].map(shellWord).join(" ");
 }
 
 // ------------------------------------------------------------------ drawing
