@@ -332,3 +332,26 @@ def test_plan_search_equals_plan_and_a_front_plan_shows_above(driver, base):
     )
     # the front's fastest plan, shown above: its step time is the model's for that plan
     assert page["totals"]["time_s"] == cli["front"][0]["time_s"]
+
+
+def test_no_chart_offers_to_upload_itself_and_nothing_links_out(driver, base):
+    """Plotly's toolbar can carry "Edit in Chart Studio" and "Share chart" (both send the figure to
+    Plotly's servers): every toolbar button on the page is one that stays in the browser (zoom,
+    pan, reset, a PNG download), and no link or script points anywhere but this server."""
+    _open(driver, base, "model=llama-3.1-8b&device=H100+SXM&context=8192")
+    driver.execute_script(
+        "document.querySelectorAll('.js-plotly-plot').forEach(p => p.dispatchEvent(new MouseEvent('mouseover')))"
+    )
+    titles = driver.execute_script(
+        "return [...document.querySelectorAll('.modebar-btn')].map(b => b.getAttribute('data-title') || '')"
+    )
+    assert titles, "no chart toolbar found"
+    offers = [
+        t for t in titles if any(w in t.lower() for w in ("cloud", "studio", "share", "upload", "plotly"))
+    ]
+    assert offers == []
+    outside = driver.execute_script(
+        "return [...document.querySelectorAll('a[href], script[src], link[href], img[src]')]"
+        ".map(e => e.href || e.src).filter(u => u && !u.startsWith(location.origin) && !u.startsWith('data:'))"
+    )
+    assert outside == []

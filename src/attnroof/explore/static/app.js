@@ -21,7 +21,11 @@ const MEMORY_PARTS = [
   ["weights_bytes", "weights"], ["gradient_bytes", "gradients"], ["optimizer_bytes", "optimizer state"],
   ["kv_cache_bytes", "KV cache"], ["activation_bytes", "activations"],
 ];
-const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+// No button that sends a chart anywhere: plotly 3 shows "Share chart…" (an upload to Plotly Cloud) unless told
+const CONFIG = {
+  displaylogo: false, responsive: true, showSendToCloud: false, showEditInChartStudio: false,
+  modeBarButtonsToRemove: ["lasso2d", "select2d", "sendChartToCloud", "sendDataToCloud"],
+};
 
 const explorer = { redraws: 0, serves: 0, lastRedrawMs: null, last: {}, requests: 0 };
 window.explorer = explorer;
