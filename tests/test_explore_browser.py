@@ -355,3 +355,19 @@ def test_no_chart_offers_to_upload_itself_and_nothing_links_out(driver, base):
         ".map(e => e.href || e.src).filter(u => u && !u.startsWith(location.origin) && !u.startsWith('data:'))"
     )
     assert outside == []
+
+
+def test_shares_read_as_percentages_as_the_cli_prints_them(driver, base):
+    """Attention's share of the time and the MFU bound are fractions in the JSON (0.06675) and
+    percentages on the page (6.68%), as `attnroof model` prints them; the row keeps the JSON's."""
+    _open(driver, base, "model=llama-3.1-8b&device=H100+SXM&context=8192&phase=prefill")
+    for field in ("totals.attention_share", "totals.mfu"):
+        rows = driver.find_elements("css selector", f'#summary tr[data-field="{field}"]')
+        if not rows:
+            continue
+        value = json.loads(rows[0].get_attribute("data-value"))
+        assert (
+            0 < value <= 1
+            and rows[0].find_elements("tag name", "td")[1].text == f"{float(f'{100 * value:.3g}'):g}%"
+        )
+    assert driver.find_elements("css selector", '#summary tr[data-field="totals.attention_share"]')

@@ -177,6 +177,7 @@ function eng(value, unit) {
   // Display only: 4 significant digits with an SI prefix, the digits moved by the exponent's text.
   if (value === null || value === undefined) return "—";
   if (typeof value !== "number") return String(value);
+  if (unit === "%") return `${Number((100 * value).toPrecision(3))}%`;  // a share, as the CLI prints it
   if (Number.isInteger(value) && Math.abs(value) < 1e6) return value.toLocaleString("en") + (unit ? " " + unit : "");
   if (!unit) return value.toPrecision(4);
   const [mantissa, exponent] = value.toExponential(3).split("e");
@@ -198,8 +199,8 @@ function summary(m) {
     ["intensity", "totals.intensity", t.intensity, "FLOP/B"],
     ["ridge", "ridge", m.ridge, "FLOP/B"],
     ["limiter", "totals.limiter", t.limiter, ""],
-    ["attention's share of the time", "totals.attention_share", t.attention_share, ""],
-    ["MFU bound", "totals.mfu", t.mfu, ""],
+    ["attention's share of the time", "totals.attention_share", t.attention_share, "%"],
+    ["MFU bound", "totals.mfu", t.mfu, "%"],
     ["memory a device holds", `${at}.total_bytes`, mem.total_bytes, "B"],
     ["capacity", `${at}.capacity_bytes`, mem.capacity_bytes, "B"],
     ["fits", `${at}.fits`, mem.fits, ""],
