@@ -371,3 +371,21 @@ def test_shares_read_as_percentages_as_the_cli_prints_them(driver, base):
             and rows[0].find_elements("tag name", "td")[1].text == f"{float(f'{100 * value:.3g}'):g}%"
         )
     assert driver.find_elements("css selector", '#summary tr[data-field="totals.attention_share"]')
+
+
+def test_a_phone_s_width_keeps_every_result_on_screen(driver, base):
+    """At 390 px (a phone's width) nothing is wider than the screen: the page does not scroll
+    sideways, and the summary and each chart lie inside the viewport."""
+    before = driver.get_window_size()
+    try:
+        driver.set_window_size(390, 844)
+        _open(driver, base, "model=llama-3.1-8b&device=H100+SXM&context=8192")
+        width = driver.execute_script("return window.innerWidth")
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= width
+        boxes = driver.execute_script(
+            "return [document.getElementById('summary'), ...document.querySelectorAll('.chart')]"
+            ".map(e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; })"
+        )
+        assert len(boxes) >= 2 and all(left >= 0 and right <= width + 0.5 for left, right in boxes), boxes
+    finally:
+        driver.set_window_size(before["width"], before["height"])
