@@ -307,6 +307,12 @@ def test_plan_search_equals_plan_and_a_front_plan_shows_above(driver, base):
     rows = driver.find_elements("css selector", "#plans tbody tr")
     assert [json.loads(r.get_attribute("data-value")) for r in rows] == cli["front"]
     first = cli["front"][0]["parallel"]
+    names = [r.find_element("tag name", "button").get_attribute("aria-label") for r in rows]
+    assert names[0].startswith(f"show the plan TP {first['tp']} × PP {first['pp']}") and len(
+        set(names)
+    ) == len(names)
+    charts = driver.find_elements("css selector", ".chart")
+    assert charts and all(c.get_attribute("role") == "img" and c.get_attribute("aria-label") for c in charts)
     before = _redraws(driver)
     rows[0].find_element("tag name", "button").click()
     _wait(driver, before)

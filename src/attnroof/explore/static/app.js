@@ -357,6 +357,9 @@ function drawPlans(pl) {
     const button = document.createElement("button");
     button.type = "button";
     button.textContent = "show";
+    const q = p.parallel;  // a screen reader names the plan, not just "show"
+    button.setAttribute("aria-label", `show the plan TP ${q.tp} × PP ${q.pp} × EP ${q.ep} × DP ${q.dp} × CP ${q.cp}`
+      + ` on ${q.devices} devices`);
     button.addEventListener("click", () => {
       for (const k of PLAN) $(k).value = String(p.parallel[k]);
       redraw();
