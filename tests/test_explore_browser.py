@@ -7,6 +7,7 @@ view lives in the URL."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import shutil
 import threading
@@ -318,24 +319,10 @@ def test_plan_search_equals_plan_and_a_front_plan_shows_above(driver, base):
     _wait(driver, before)
     plan = {k: first[k] for k in ("tp", "pp", "ep", "dp")}
     assert {k: int(driver.find_element("id", k).get_attribute("value")) for k in plan} == plan
-    words = [w for k, v in plan.items() if v != 1 for w in (f"--{k}", str(v))]
     page = _page(driver)
-    assert page == _cli(
-        "model",
-        "--model",
-        "llama-3.1-8b",
-        "--device",
-        "H100 SXM",
-        "--context",
-        "8192",
-        "--batch",
-        "64",
-        "--phase",
-        "decode",
-        "--dtype",
-        "bf16",
-        *words,
-    )
+    pasted = shlex.split(driver.find_element("id", "command").text)  # the plan's every flag, --overlap too
+    assert ("--overlap" in pasted) == first["overlap"]
+    assert _same(_cli("model", *[w for w in pasted[2:] if w != "--json"]), page)
     # the front's fastest plan, shown above: its step time is the model's for that plan
     assert page["totals"]["time_s"] == cli["front"][0]["time_s"]
 
@@ -395,3 +382,44 @@ def test_a_phone_s_width_keeps_every_result_on_screen(driver, base):
         assert len(boxes) >= 2 and all(left >= 0 and right <= width + 0.5 for left, right in boxes), boxes
     finally:
         driver.set_window_size(before["width"], before["height"])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equal as a browser reads it: a number past 2^53 that the CLI writes as a float
+    (2.698531388050637e+16) comes back from JavaScript as the integer of its shortest digits
+    (26985313880506370), the same double."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def test_show_draws_a_training_plan_exactly_as_the_cli_costs_it(driver, base):
+    """A training search (Llama 3.1 8B, 64 sequences of 8192, up to 8 H100s): "show" on each of
+    the front's first plans sets every control the plan has — its degrees, CP, micro-batches,
+    schedule and chunks, sequence parallelism, overlap, ZeRO stage, recomputation — so the page's
+    step is the plan's: its bound and memory a device are the search's, and the command printed
+    under the charts, pasted, gives the page's JSON. (It once copied TP/PP/EP/DP alone: a
+    64-device plan of 63.5 GB became 2.08 TB a device.)"""
+    _open(driver, base, "model=llama-3.1-8b&device=H100+SXM&phase=train&batch=64&context=8192&devices=8")
+    before = int(driver.execute_script("return document.body.dataset.searches || 0"))
+    driver.find_element("id", "search").click()
+    _wait(driver, before, "searches")
+    rows = driver.find_elements("css selector", "#plans tbody tr")
+    plans = [json.loads(r.get_attribute("data-value")) for r in rows]
+    shown = 0
+    for i, plan in enumerate(plans[:4]):
+        before = _redraws(driver)
+        driver.find_elements("css selector", "#plans tbody tr")[i].find_element("tag name", "button").click()
+        _wait(driver, before)
+        page = _page(driver)
+        assert math.isclose(page["totals"]["time_s"], plan["time_s"], rel_tol=1e-9), (i, plan["parallel"])
+        held = page["memory"].get("per_device", page["memory"])["total_bytes"]
+        assert math.isclose(held, plan["memory_per_device_bytes"], rel_tol=1e-9), (i, plan["parallel"])
+        pasted = shlex.split(driver.find_element("id", "command").text)
+        assert _same(_cli("model", *[w for w in pasted[2:] if w != "--json"]), page)
+        shown += plan["parallel"]["zero"] > 0 or plan["parallel"]["cp"] > 1 or plan["recompute"] != "none"
+    assert shown, "no plan with ZeRO, CP or recomputation among the first four"

@@ -17,6 +17,8 @@ FLAGS: Mapping[str, frozenset[str]] = {
     "model": frozenset(
         {"model", "phase", "batch", "context", "device", "dtype", "weight-dtype", "kv-dtype"}
         | {"tp", "pp", "ep", "dp", "unfused", "list"}
+        | {"cp", "etp", "microbatches", "schedule", "virtual-stages", "sp", "overlap"}
+        | {"zero", "recompute", "weight-gather", "grad-reduce"}
     ),
     "sweep": frozenset({"head-dim", "seq", "causal", "device", "dtype"}),
     "crossover": frozenset({"head-dim", "causal", "device", "dtype"}),

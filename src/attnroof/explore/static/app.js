@@ -8,7 +8,9 @@
 const DEFAULTS = {
   model: "llama-3.1-8b", device: "H100 SXM", dtype: "bf16", "weight-dtype": "", "kv-dtype": "",
   phase: "decode", batch: "1", context: "8192", unfused: false,
-  tp: "1", pp: "1", ep: "1", dp: "1",
+  tp: "1", pp: "1", ep: "1", dp: "1", cp: "1", etp: "", microbatches: "1", schedule: "1f1b",
+  "virtual-stages": "", sp: false, overlap: false,
+  zero: "0", recompute: "none", "weight-gather": "", "grad-reduce": "",
   search: false, devices: "8",
   serve: false, rate: "10", "input-len": "1024", "output-len": "128", "num-requests": "200",
 };
@@ -120,8 +122,30 @@ function modelParams(s, t) {
   if (s["weight-dtype"]) p["weight-dtype"] = s["weight-dtype"];
   if (s["kv-dtype"]) p["kv-dtype"] = s["kv-dtype"];
   if (s.unfused) p.unfused = true;
-  for (const k of PLAN) if (s[k] !== "1") p[k] = s[k];
+  for (const k of [...PLAN, "cp", "microbatches"]) if (s[k] !== "1") p[k] = s[k];
+  if (s.schedule !== "1f1b") p.schedule = s.schedule;
+  for (const k of ["virtual-stages", "etp"]) if (s[k]) p[k] = s[k];
+  if (s.sp) p.sp = true;
+  if (s.overlap) p.overlap = true;
+  if (s.phase === "train") {  // the training step's own flags: refused for prefill and decode
+    if (s.zero !== "0") p.zero = s.zero;
+    if (s.recompute !== "none") p.recompute = s.recompute;
+    for (const k of ["weight-gather", "grad-reduce"]) if (s[k]) p[k] = s[k];
+  }
   return p;
+}
+
+// A front plan's JSON as the page's controls: every field the plan has, so that "show" draws that
+// plan and no other (its degrees, micro-batches, schedule, sharding policy and recomputation).
+function planControls(row) {
+  const q = row.parallel, sh = q.sharding || {};
+  const c = { cp: q.cp, microbatches: q.microbatches, schedule: q.schedule,
+    "virtual-stages": q.virtual_stages > 1 ? q.virtual_stages : "", sp: q.sequence_parallel, overlap: q.overlap,
+    etp: q.ep > 1 ? q.etp : "", zero: q.zero ?? 0, recompute: row.recompute || "none",
+    "weight-gather": sh.weight_gather && sh.weight_gather !== "pass" ? sh.weight_gather : "",
+    "grad-reduce": sh.grad_reduce && sh.grad_reduce !== "microbatch" && (q.zero ?? 0) >= 2 ? sh.grad_reduce : "" };
+  for (const k of PLAN) c[k] = q[k];
+  return c;
 }
 
 function serveParams(s, t) {
@@ -361,7 +385,11 @@ function drawPlans(pl) {
     button.setAttribute("aria-label", `show the plan TP ${q.tp} × PP ${q.pp} × EP ${q.ep} × DP ${q.dp} × CP ${q.cp}`
       + ` on ${q.devices} devices`);
     button.addEventListener("click", () => {
-      for (const k of PLAN) $(k).value = String(p.parallel[k]);
+      for (const [k, v] of Object.entries(planControls(p))) {
+        const el = $(k);
+        if (el.type === "checkbox") el.checked = Boolean(v);
+        else el.value = String(v);
+      }
       redraw();
     });
     tr.insertCell().appendChild(button);
