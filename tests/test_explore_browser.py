@@ -423,3 +423,15 @@ def test_show_draws_a_training_plan_exactly_as_the_cli_costs_it(driver, base):
         assert _same(_cli("model", *[w for w in pasted[2:] if w != "--json"]), page)
         shown += plan["parallel"]["zero"] > 0 or plan["parallel"]["cp"] > 1 or plan["recompute"] != "none"
     assert shown, "no plan with ZeRO, CP or recomputation among the first four"
+
+
+def test_sizes_take_the_command_line_s_suffixes(driver, base):
+    """ "8k" typed into the context is the command line's 8k, 8192 tokens (a number field kept only
+    the 8); the command printed says --context=8k and the view's address keeps it."""
+    _open(driver, base, "model=llama-3.1-8b&device=H100+SXM")
+    _type(driver, "context", "8k")
+    _type(driver, "batch", "2k")
+    page = _page(driver)
+    assert page["context"] == 8192 and page["batch"] == 2048
+    text = driver.find_element("id", "command").text
+    assert "--context=8k" in text and "--batch=2k" in text and "context=8k" in driver.current_url
