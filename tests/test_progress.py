@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
+from attnroof.errors import InputError
 from attnroof.escaping import EscapingStream
-from attnroof.progress import AFTER_S, Progress, line
+from attnroof.progress import AFTER_ENV, AFTER_S, Progress, after_s, line
 
 
 class Terminal(io.StringIO):
@@ -47,9 +47,7 @@ def test_nothing_in_the_first_second_then_a_bar_at_most_ten_times_a_second_then_
         clock.now += 0.1
         p("forecasting plans", 3)
         assert out.getvalue().endswith("forecasting plans  3" + " " * (len(drawn) - 1 - 20))
-    assert out.getvalue().endswith(
-        "\r" + " " * 20 + "\r"
-    )  # erased: the last text (its padding is blank already)
+    assert out.getvalue().endswith("\r" + " " * (len(drawn) - 1) + "\r")  # erased: the widest line drawn
 
 
 def test_no_bar_into_a_pipe_or_when_turned_off_and_its_return_is_not_escaped():
@@ -73,21 +71,24 @@ PLAN = ("plan", "--model", "llama-3.1-70b", "--device", "h100", "--devices", "64
         "--global-batch", "4M", "--context", "8192", "--top", "2")  # fmt: skip
 
 
-def _on_terminal(*argv: str, interrupt_after: float | None = None) -> tuple[int, str, str]:
-    """``attnroof ARGV`` with its stderr on a pseudo-terminal: exit status, stdout, stderr. Its
-    stdout goes to a file, not a pipe: a JSON of thousands of plans would fill one."""
+def _on_terminal(*argv: str, interrupt: bool = False) -> tuple[int, str, str]:
+    """``attnroof ARGV`` with its stderr on a pseudo-terminal, the bar drawn from the first report
+    (``$ATTNROOF_PROGRESS_AFTER_S`` 0: no test waits on a clock): exit status, stdout, stderr.
+    ``interrupt``: ^C as soon as the bar shows. Its stdout goes to a file, not a pipe: a JSON of
+    thousands of plans would fill one."""
     pty = pytest.importorskip("pty")
     main, sub = pty.openpty()
     with tempfile.TemporaryFile() as stdout:
         p = subprocess.Popen(
-            [sys.executable, "-m", "attnroof", *argv], stdout=stdout, stderr=sub, stdin=subprocess.DEVNULL
-        )
+            [sys.executable, "-m", "attnroof", *argv], stdout=stdout, stderr=sub, stdin=subprocess.DEVNULL,
+            env={**os.environ, AFTER_ENV: "0"},
+        )  # fmt: skip
         os.close(sub)
-        err, start = b"", time.monotonic()
+        err = b""
         while True:
-            if interrupt_after is not None and time.monotonic() - start > interrupt_after:
+            if interrupt and b"plans" in err:
                 p.send_signal(signal.SIGINT)
-                interrupt_after = None
+                interrupt = False
             ready, _, _ = select.select([main], [], [], 0.1)
             if ready:
                 try:
@@ -107,16 +108,17 @@ def _on_terminal(*argv: str, interrupt_after: float | None = None) -> tuple[int,
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
 def test_a_plan_search_draws_its_bar_on_a_terminal_and_erases_it():
-    """Llama-3.1-70B on 64 H100s (some 26,000 plans judged and 100 forecast, 2–5 s here): the bar
-    is drawn on stderr while the plans are enumerated, judged or forecast (whichever runs past the
-    first second), then erased; the table on stdout is the same as when stderr is a pipe, where
-    nothing is drawn."""
+    """Llama-3.1-70B on 64 H100s: the bar is drawn on stderr while the plans are enumerated, judged
+    and forecast, then erased; the table on stdout is the same as when stderr is a pipe, where
+    nothing is drawn, and --json draws none."""
     status, out, err = _on_terminal(*PLAN)
     drawn = [part for part in err.split("\r") if part.strip()]
     assert (
         status == 0
         and drawn
-        and all(part.startswith(("judging plans", "forecasting plans")) for part in drawn)
+        and all(
+            part.startswith(("enumerating plans", "judging plans", "forecasting plans")) for part in drawn
+        )
     )
     assert err.endswith("\r") and err.rstrip("\r").split("\r")[-1].strip() == ""  # erased
     piped = subprocess.run(
@@ -127,9 +129,23 @@ def test_a_plan_search_draws_its_bar_on_a_terminal_and_erases_it():
     assert status == 0 and err == "" and out.startswith("{")
 
 
+LARGEST = ("plan", "--model", "llama-3.1-405b", "--device", "h100", "--devices", "16384", "--phase", "train",
+           "--global-batch", "16M", "--context", "8192")  # fmt: skip
+"""Half a minute of search or more here: ^C, sent when the first bar shows, lands in the middle."""
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
 def test_a_search_stopped_by_ctrl_c_says_so_in_one_line_and_writes_nothing():
-    status, out, err = _on_terminal(*PLAN[:-2], "--devices", "256", interrupt_after=2.5)
+    status, out, err = _on_terminal(*LARGEST, interrupt=True)
     assert status == 130 and out == ""
     text = err.replace("\r\n", "\n")  # the terminal's line ending
     assert text.split("\r")[-1] == "attnroof: interrupted\n" and "Traceback" not in err
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "soon", "1e400"])
+def test_the_delay_s_variable_is_seconds(monkeypatch, bad):
+    monkeypatch.setenv(AFTER_ENV, bad)
+    with pytest.raises(InputError, match=AFTER_ENV):
+        after_s()
+    monkeypatch.setenv(AFTER_ENV, "0")
+    assert after_s() == 0

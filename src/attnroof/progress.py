@@ -13,6 +13,8 @@ False
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 import sys
 import time
@@ -20,10 +22,13 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
 
+from attnroof.errors import InputError
 from attnroof.escaping import unescaped
 
 AFTER_S = 1.0
 """Work shorter than this shows no bar: a flash of one is noise."""
+AFTER_ENV = "ATTNROOF_PROGRESS_AFTER_S"
+"""Sets :data:`AFTER_S` (seconds; 0 draws from the first report, as the tests do)."""
 EVERY_S = 0.1
 """The most often the line is redrawn (a bar redrawn for each of 100,000 plans would cost more
 than judging them)."""
@@ -46,6 +51,7 @@ class Progress:
         isatty = getattr(self.stream, "isatty", None)
         self.enabled = enabled and bool(isatty and isatty())
         self.clock = clock
+        self.after_s = after_s()
         self.start = clock()
         self.last = -EVERY_S
         self.drawn = False
@@ -55,16 +61,16 @@ class Progress:
         if not self.enabled:
             return
         now = self.clock()
-        if now - self.start < AFTER_S or now - self.last < EVERY_S:
+        if now - self.start < self.after_s or now - self.last < EVERY_S:
             return
         self.last = now
         self._write(line(stage, done, total, shutil.get_terminal_size((80, 24)).columns - 1))
 
     def _write(self, text: str) -> None:
         pad = " " * max(0, self.width - len(text))
+        self.width, self.drawn = max(self.width, len(text)), True  # first: a ^C mid-write still erases
         self.stream.write(f"\r{text}{pad}")
         self.stream.flush()
-        self.width, self.drawn = len(text), True
 
     def close(self) -> None:
         """Erase the line, if one was drawn."""
@@ -80,6 +86,21 @@ class Progress:
         self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def after_s() -> float:
+    """:data:`AFTER_S`, or ``$ATTNROOF_PROGRESS_AFTER_S``; :class:`InputError` for a value that is not
+    a number of seconds ≥ 0."""
+    raw = os.environ.get(AFTER_ENV)
+    if raw is None:
+        return AFTER_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise InputError(f"{AFTER_ENV}={raw!r} must be a number of seconds ≥ 0")
+    return value
 
 
 def line(stage: str, done: int, total: int | None, columns: int = 80) -> str:

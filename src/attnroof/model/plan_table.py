@@ -124,6 +124,11 @@ def _layout_key(p: Plan) -> tuple[Any, ...]:
     return tuple(getattr(p, f) for f in LAYOUT_FIELDS)
 
 
+def _cut(p: Plan) -> tuple[Any, ...]:
+    """What a plan's shards hold: the degrees that cut the model."""
+    return (p.tp, p.pp, p.virtual_stages, p.ep, p.etp, p.sp, p.expert_imbalance, p.cp)
+
+
 def _policy(p: Plan) -> tuple[Any, ...]:
     return tuple(getattr(p, f) for f in SHARDING_FIELDS)
 
@@ -196,17 +201,27 @@ class PlanTable:
             self._plans[key] = self._new(plan)
         return self._plans[key]
 
-    def _new(self, plan: Plan) -> _Plans | None:
+    def _laid_out(self, plan: Plan) -> tuple[TrainLayout, tuple[Any, ...]] | None:
+        """The plan's checked layout and its cut (the degrees that decide what the shards hold),
+        its classes' members built once per cut; None when sequence parallelism cannot cut its
+        tokens."""
         try:
             lay = train_layout(self.model, self.batch, self.context, plan, self.prec, self.fused)
         except InputError as e:
             if e.param != "--sp":
                 raise
             return None
-        p = lay.plan
-        cut = (p.tp, p.pp, p.virtual_stages, p.ep, p.etp, p.sp, p.expert_imbalance, p.cp)  # what shards hold
+        cut = _cut(lay.plan)
         if cut not in self._members:
             self._members[cut] = members(self.model, lay.shards)
+        return lay, cut
+
+    def _new(self, plan: Plan) -> _Plans | None:
+        laid = self._laid_out(plan)
+        if laid is None:
+            return None
+        lay, cut = laid
+        p = lay.plan
         classes = _classes(lay, self._members[cut])
         kept = self._kept.get((cut, lay.micro, lay.here))
         if kept is None:  # each class's activations of one micro-batch at each recomputation
@@ -323,26 +338,12 @@ class PlanTable:
         parallelism) is left to :meth:`judge`."""
         if capacity_bytes is None:
             return True
-        cut = (
-            plan.tp,
-            plan.pp,
-            plan.virtual_stages,
-            plan.ep,
-            plan.etp,
-            plan.sp,
-            plan.expert_imbalance,
-            plan.cp,
-        )
-        key = (cut, plan.dp, _policy(plan))
+        key = (_cut(plan), plan.dp, _policy(plan))  # the same at every micro-batch count and schedule
         if key not in self._most_states:
-            try:
-                lay = train_layout(self.model, self.batch, self.context, plan, self.prec, self.fused)
-            except InputError as e:
-                if e.param != "--sp":
-                    raise
+            laid = self._laid_out(plan)
+            if laid is None:
                 return True
-            if cut not in self._members:
-                self._members[cut] = members(self.model, lay.shards)
+            lay, cut = laid
             z = zero_of(replace(lay.plan, **dict(zip(SHARDING_FIELDS, _policy(plan), strict=True))))
             self._most_states[key] = max(
                 sum(state_bytes(self.model, lay.prec, shard, z)) for shard, *_ in self._members[cut]

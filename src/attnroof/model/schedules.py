@@ -127,6 +127,18 @@ def schedule(name: str) -> Schedule:
         ) from None
 
 
+def splits(layers: int, pp: int, v: int) -> bool:
+    """Whether ``layers`` cut into pp · v interleaved chunks (:func:`chunks`): equal ones, or, counting
+    the embedding and the loss as a layer each as Megatron-LM can, layers + 2 into chunks of at
+    least two.
+
+    >>> splits(80, 4, 5), splits(126, 16, 2), splits(126, 16, 3)
+    (True, True, False)
+    """
+    n = pp * v
+    return layers % n == 0 or ((layers + 2) % n == 0 and (layers + 2) // n >= 2)
+
+
 def chunks(layers: int, pp: int, v: int) -> list[tuple[int, int]]:
     """The contiguous layer ranges of ``pp · v`` model chunks, in pipeline order (chunk c on
     device c mod pp). ``v`` = 1: 1F1B's stages, the first ``layers mod pp`` one layer longer.
@@ -145,7 +157,7 @@ def chunks(layers: int, pp: int, v: int) -> list[tuple[int, int]]:
         n = pp * v
         if layers % n == 0:
             sizes = [layers // n] * n
-        elif (layers + 2) % n == 0 and (layers + 2) // n >= 2:
+        elif splits(layers, pp, v):  # the embedding and the loss counted as a layer each
             size = (layers + 2) // n
             sizes = [size - 1] + [size] * (n - 2) + [size - 1]
         else:

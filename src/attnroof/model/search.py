@@ -61,7 +61,7 @@ import numpy as np
 from attnroof.errors import InputError
 from attnroof.model.layers import layer_table
 from attnroof.model.parallel import Plan
-from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1, check_schedule, chunks
+from attnroof.model.schedules import INTERLEAVED, ONE_F_ONE_B, ZB_H1, check_schedule, chunks, splits
 from attnroof.model.sharding import ZERO_STAGES, sharding_json, when_sent
 from attnroof.model.spec import ModelConfig
 from attnroof.model.spread import Spread
@@ -268,12 +268,7 @@ def every_chunk_count(layers: int, pp: int) -> tuple[int, ...]:
     >>> every_chunk_count(80, 2), every_chunk_count(126, 16)
     ((2, 4, 5, 8, 10, 20, 40), (2, 4))
     """
-    out = []
-    for v in range(2, layers // pp + 2):
-        n = pp * v
-        if layers % n == 0 or ((layers + 2) % n == 0 and (layers + 2) // n >= 2):
-            out.append(v)
-    return tuple(out)
+    return tuple(v for v in range(2, layers // pp + 2) if splits(layers, pp, v))
 
 
 def _pipelines(

@@ -17,6 +17,7 @@ whole target; out of place it copies the target, as a pointwise operator would).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from attnroof.ops.attention import SOFTMAX_FLOPS_PER_ELEMENT
@@ -228,6 +229,17 @@ REDUCTION_FLOPS: dict[str, float] = {
 }
 """FLOPs per *input* element of each reduction (a norm or a softmax: its whole pass)."""
 
+
+def _sort_flops(args: tuple, kwargs: dict, numel_in: int) -> float:
+    """Comparisons: ⌈log2⌉ of the sorted dimension's length, an element."""
+    dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else -1)
+    size = args[0].shape[dim] if args[0].dim() else 1
+    return float(numel_in * max(1, math.ceil(math.log2(max(size, 1)))))
+
+
+REDUCTION_FLOP_RULES: dict[str, Callable[[tuple, dict, int], float]] = {"sort": _sort_flops}
+"""Reductions whose FLOPs are not a constant an input element: (args, kwargs, input elements) → FLOPs."""
+
 GATHERS = frozenset(["embedding", "index", "index_select", "gather", "take"])
 SCATTERS = frozenset(
     ["scatter", "scatter_add", "scatter_reduce", "index_put", "index_add", "index_copy", "masked_scatter"]
@@ -248,8 +260,6 @@ def kind_of(func: Any) -> str:
 
     if func.overloadpacket in flop_registry or name in GROUPED_GEMMS:
         return MATMUL
-    if name == "sort":
-        return REDUCTION
     if name in VIEWS or getattr(func, "is_view", False):
         return VIEW
     if name in FREE_OPS:
@@ -258,7 +268,7 @@ def kind_of(func: Any) -> str:
         return GATHER
     if name in SCATTERS:
         return SCATTER
-    if name in REDUCTION_FLOPS:
+    if name in REDUCTION_FLOPS or name in REDUCTION_FLOP_RULES:
         return REDUCTION
     if name in POINTWISE_FLOPS:
         return POINTWISE
@@ -279,10 +289,8 @@ def flops_of(
         from torch.utils.flop_counter import flop_registry
 
         return float(flop_registry[func.overloadpacket](*args, **kwargs, out_val=out))
-    if name == "sort":  # comparisons: log2 of the sorted dimension an element
-        dim = kwargs.get("dim", args[1] if len(args) > 1 and isinstance(args[1], int) else -1)
-        size = args[0].shape[dim] if args[0].dim() else 1
-        return float(numel_in * max(1, math.ceil(math.log2(max(size, 1)))))
+    if name in REDUCTION_FLOP_RULES:
+        return REDUCTION_FLOP_RULES[name](args, kwargs, numel_in)
     if kind == SCATTER:  # one a source element combined: the source is its last tensor argument
         sources = [a for a in args[1:] if hasattr(a, "numel")]
         return float(sources[-1].numel()) if name in SCATTER_FLOPS and sources else 0.0
