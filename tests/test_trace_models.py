@@ -96,3 +96,37 @@ def test_a_built_in_traced_agrees_with_attnroof_model(name: str) -> None:
         assert in_attention == pytest.approx(CAUSAL_UNDONE * ours.attention, rel=TOLERANCE)
     a = analyse(model, "prefill", 1, PROMPT, Roof(989e12, 4.8e12), Precision(stored=False), latent_form=NAIVE)
     assert t.bytes(FUSED) == pytest.approx(a.totals.bytes, rel=BYTES_MARGIN)
+
+
+def test_grouped_expert_gemms_count_what_flop_counter_counts_on_the_batched_path():
+    """PyTorch's registry has no rule for torch._grouped_mm. Mixtral's experts over 128 tokens,
+    built on transformers' batched path (bmm, which FlopCounterMode counts) and on its grouped
+    path (costed by the trace's rule, 2 FLOPs a multiply-add): the same 2,886,218,022,912 FLOPs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    fields = {k: v for k, v in raw_config("mixtral-8x7b").items() if k not in DROPPED_FIELDS}
+    cfg = transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
+    kw = {
+        "input_ids": torch.zeros(1, PROMPT, dtype=torch.long, device="meta"),
+        "use_cache": True,
+        "logits_to_keep": 1,
+    }
+    counted = {}
+    for path in ("batched_mm", "grouped_mm"):
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = transformers.AutoModelForCausalLM.from_config(
+                cfg, attn_implementation="sdpa", experts_implementation=path
+            )
+        m = m.to(torch.bfloat16).requires_grad_(False)
+        if path == "batched_mm":
+            fc = FlopCounterMode(display=False)
+            with torch.no_grad(), fc:
+                m(**kw)
+            counted["FlopCounterMode"] = sum(
+                sum(c.values()) for name, c in fc.get_flop_counts().items() if name.endswith(".experts")
+            )
+        with torch.no_grad():
+            t = trace(m, (), kw)
+        counted[path] = sum(r.flops for r in t.records if r.kind == rules.MATMUL and "experts" in r.module)
+    assert counted == dict.fromkeys(("FlopCounterMode", "batched_mm", "grouped_mm"), 2_886_218_022_912)
